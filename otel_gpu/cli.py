@@ -1,0 +1,42 @@
+"""`otel-gpu` subcommands. Each subcommand lives in its own module and registers here."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import __version__
+
+
+class UsageError(Exception):
+    """Bad flags or environment values: one line to stderr, exit 2."""
+
+
+def _subcommands():
+    """(module, register-function) pairs; imported lazily so one broken extra never breaks the rest."""
+    from . import agent_cli
+    yield agent_cli.register
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="otel-gpu", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"otel-gpu {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for register in _subcommands():
+        register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"otel-gpu {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""Every metric name, unit and attribute otel-gpu emits, defined once.
+
+OpenTelemetry semantic-convention names where they exist (`hw.*`, `system.*`,
+`process.*`); everything semconv lacks lives under the one prefix `otelgpu.`.
+docs/metrics.md is checked against this module by a test.
+"""
+from __future__ import annotations
+
+from .readings import MetricSpec
+
+PREFIX = "otelgpu."
+
+# ---- attribute keys -------------------------------------------------------
+HW_ID = "hw.id"                      # GPU UUID (MIG: the MIG device UUID)
+HW_NAME = "hw.name"
+HW_VENDOR = "hw.vendor"
+HW_TYPE = "hw.type"                  # "gpu" | "network"
+HW_PARENT = "hw.parent"              # MIG: UUID of the parent GPU
+HW_STATE = "hw.state"                # "ok" | "failed"
+GPU_TASK = "hw.gpu.task"             # "general" (NVML does not split by task)
+GPU_INDEX = "otelgpu.gpu.index"      # NVML index, for humans; join on hw.id
+MIG_PROFILE = "otelgpu.mig.profile"  # e.g. "1g.10gb"
+DIRECTION = "network.io.direction"   # "transmit" | "receive"
+DISK_DIRECTION = "disk.io.direction" # "read" | "write"
+IFACE = "network.interface.name"
+DEVICE = "system.device"
+MOUNTPOINT = "system.filesystem.mountpoint"
+FS_STATE = "system.filesystem.state"  # "used" | "free"
+CPU_MODE = "cpu.mode"
+MEMORY_STATE = "system.memory.state"
+PAGING_STATE = "system.paging.state"
+ERROR_TYPE = "error.type"
+CLOCK_DOMAIN = "otelgpu.clock.domain"       # "sm" | "memory"
+CLOCK_REASON = "otelgpu.clock_event.reason"  # NVML clock-event reason, snake_case
+PID = "process.pid"
+EXECUTABLE = "process.executable.name"
+RANK = "otelgpu.rank"
+LOCAL_RANK = "otelgpu.local_rank"
+WORLD_SIZE = "otelgpu.world_size"
+JOB = "otelgpu.job"
+HOST = "host.name"
+SOURCE = "otelgpu.source"
+PHASE = "otelgpu.phase"
+IB_DEVICE = "otelgpu.ib.device"   # e.g. "mlx5_0"
+IB_PORT = "otelgpu.ib.port"       # e.g. "1"
+
+_GPU = (HW_ID, HW_NAME, HW_VENDOR, HW_TYPE, GPU_INDEX)
+
+
+def _g(name, unit, desc, attrs=(), source="", hardware="any", kind="gauge", windowed=False, buckets=()):
+    return MetricSpec(name, unit, kind, desc, tuple(attrs), source, hardware, windowed, tuple(buckets))
+
+
+# ---- GPU: NVML ------------------------------------------------------------
+GPU_UTILIZATION = _g("hw.gpu.utilization", "1", "Fraction of time one or more kernels ran (NVML 'GPU utilization'; not SM activity)", _GPU + (GPU_TASK,), "nvml", "NVIDIA, not MIG", windowed=True)
+GPU_MEMORY_USAGE = _g("hw.gpu.memory.usage", "By", "GPU memory in use", _GPU, "nvml", "NVIDIA", kind="updowncounter")
+GPU_MEMORY_LIMIT = _g("hw.gpu.memory.limit", "By", "GPU memory size", _GPU, "nvml", "NVIDIA", kind="updowncounter")
+GPU_MEMORY_UTILIZATION = _g("hw.gpu.memory.utilization", "1", "Fraction of time device memory was read or written (NVML memory utilization)", _GPU + (GPU_TASK,), "nvml", "NVIDIA, not MIG", windowed=True)
+GPU_POWER = _g("hw.power", "W", "GPU power draw", _GPU, "nvml", "NVIDIA, not MIG", windowed=True)
+GPU_POWER_LIMIT = _g("hw.power.limit", "W", "GPU enforced power limit", _GPU, "nvml", "NVIDIA, not MIG")
+GPU_ENERGY = _g("hw.energy", "J", "GPU energy since driver load", _GPU, "nvml", "NVIDIA Volta+, not MIG", kind="counter")
+GPU_TEMPERATURE = _g("hw.temperature", "Cel", "GPU core temperature", _GPU, "nvml", "NVIDIA, not MIG")
+GPU_CLOCK = _g(PREFIX + "gpu.clock", "Hz", "Current clock frequency", _GPU + (CLOCK_DOMAIN,), "nvml", "NVIDIA, not MIG", windowed=True)
+GPU_CLOCK_EVENT = _g(PREFIX + "gpu.clock_event.active", "{event}", "1 while the clock-event (throttle) reason is active", _GPU + (CLOCK_REASON,), "nvml", "NVIDIA, not MIG", windowed=True)
+GPU_ERRORS = _g("hw.errors", "{error}", "ECC errors (volatile) and XID events seen by the agent", _GPU + (ERROR_TYPE,), "nvml", "NVIDIA; ECC on data-center GPUs", kind="counter")
+GPU_STATUS = _g("hw.status", "1", "1 for the GPU's current state (ok / failed), 0 for the other", _GPU + (HW_STATE,), "nvml", "NVIDIA", kind="updowncounter")
+GPU_PCIE_IO = _g("hw.gpu.io", "By", "PCIe bytes (integrated from NVML's 20 ms PCIe throughput sample)", _GPU + (DIRECTION,), "nvml", "NVIDIA, not MIG", kind="counter")
+GPU_NVLINK_IO = _g(PREFIX + "gpu.nvlink.io", "By", "NVLink data bytes, all links", _GPU + (DIRECTION,), "nvml", "NVIDIA with NVLink", kind="counter")
+GPU_PROCESS_MEMORY = _g(PREFIX + "gpu.process.memory.usage", "By", "GPU memory used by one process", _GPU + (PID, EXECUTABLE, RANK), "nvml", "NVIDIA")
+
+# ---- GPU: NVML GPM (Hopper and newer) -------------------------------------
+_GPM = "NVIDIA Hopper+ (GPM)"
+GPU_SM_ACTIVITY = _g(PREFIX + "gpu.sm.activity", "1", "Fraction of SM cycles with at least one warp resident (GPM SM activity)", _GPU, "gpm", _GPM, windowed=True)
+GPU_SM_OCCUPANCY = _g(PREFIX + "gpu.sm.occupancy", "1", "Resident warps over the SM maximum (GPM SM occupancy)", _GPU, "gpm", _GPM, windowed=True)
+GPU_TENSOR_ACTIVITY = _g(PREFIX + "gpu.tensor.activity", "1", "Fraction of cycles the tensor pipes were active (GPM, any precision)", _GPU, "gpm", _GPM, windowed=True)
+GPU_DRAM_ACTIVITY = _g(PREFIX + "gpu.dram.activity", "1", "DRAM bandwidth used over peak (GPM DRAM BW utilization)", _GPU, "gpm", _GPM, windowed=True)
+GPU_NVLINK_RATE = _g(PREFIX + "gpu.nvlink.rate", "By/s", "NVLink data rate, all links (GPM)", _GPU + (DIRECTION,), "gpm", _GPM, windowed=True)
+GPU_PCIE_RATE = _g(PREFIX + "gpu.pcie.rate", "By/s", "PCIe data rate (GPM)", _GPU + (DIRECTION,), "gpm", _GPM, windowed=True)
+
+# ---- network: OS interfaces and InfiniBand --------------------------------
+NET_IO = _g("system.network.io", "By", "Bytes through an OS network interface", (IFACE, DIRECTION), "net", kind="counter")
+NET_PACKETS = _g("system.network.packet.count", "{packet}", "Packets through an OS network interface", (IFACE, DIRECTION), "net", kind="counter")
+NET_ERRORS = _g("system.network.errors", "{error}", "Interface errors", (IFACE, DIRECTION), "net", kind="counter")
+NET_DROPPED = _g("system.network.packet.dropped", "{packet}", "Dropped packets", (IFACE, DIRECTION), "net", kind="counter")
+NET_LIMIT = _g("hw.network.bandwidth.limit", "By/s", "Link speed of an interface or InfiniBand port, per direction", (HW_ID, HW_TYPE, IFACE, IB_DEVICE, IB_PORT), "net, infiniband")
+IB_IO = _g("hw.network.io", "By", "InfiniBand/RoCE port data bytes (RDMA included; 64-bit counters preferred)", (HW_ID, HW_TYPE, IB_DEVICE, IB_PORT, DIRECTION), "infiniband", "InfiniBand / RoCE HCA", kind="counter")
+IB_PACKETS = _g("hw.network.packets", "{packet}", "InfiniBand/RoCE port packets", (HW_ID, HW_TYPE, IB_DEVICE, IB_PORT, DIRECTION), "infiniband", "InfiniBand / RoCE HCA", kind="counter")
+IB_ERRORS = _g(PREFIX + "ib.errors", "{error}", "InfiniBand port error counters (symbol, link-downed, rcv, xmit-discard ...)", (HW_ID, HW_TYPE, IB_DEVICE, IB_PORT, ERROR_TYPE), "infiniband", "InfiniBand / RoCE HCA", kind="counter")
+IB_UP = _g("hw.network.up", "1", "1 when the port state is ACTIVE", (HW_ID, HW_TYPE, IB_DEVICE, IB_PORT), "infiniband", "InfiniBand / RoCE HCA")
+
+# ---- storage ---------------------------------------------------------------
+DISK_IO = _g("system.disk.io", "By", "Bytes read/written by a block device", (DEVICE, DISK_DIRECTION), "disk", kind="counter")
+DISK_OPERATIONS = _g("system.disk.operations", "{operation}", "Completed reads/writes", (DEVICE, DISK_DIRECTION), "disk", kind="counter")
+DISK_OPERATION_TIME = _g("system.disk.operation_time", "s", "Time spent in reads/writes (sum over requests)", (DEVICE, DISK_DIRECTION), "disk", kind="counter")
+DISK_IO_TIME = _g("system.disk.io_time", "s", "Time the device had I/O in flight", (DEVICE,), "disk", kind="counter")
+FS_USAGE = _g("system.filesystem.usage", "By", "Filesystem space used / free (the checkpoint directory's filesystem)", (DEVICE, MOUNTPOINT, FS_STATE), "disk", kind="updowncounter")
+FS_UTILIZATION = _g("system.filesystem.utilization", "1", "Fraction of the filesystem used", (DEVICE, MOUNTPOINT), "disk")
+
+# ---- host --------------------------------------------------------------------
+CPU_UTILIZATION = _g("system.cpu.utilization", "1", "Share of all CPUs' time per mode (user, system, iowait, idle ...)", (CPU_MODE,), "host", windowed=True)
+CPU_COUNT = _g("system.cpu.logical.count", "{cpu}", "Logical CPUs", (), "host", kind="updowncounter")
+MEMORY_USAGE = _g("system.memory.usage", "By", "Memory per state (used, free, cached, buffered)", (MEMORY_STATE,), "host", kind="updowncounter")
+MEMORY_LIMIT = _g("system.memory.limit", "By", "Total memory", (), "host", kind="updowncounter")
+MEMORY_UTILIZATION = _g("system.memory.utilization", "1", "Fraction of memory used", (), "host", windowed=True)
+PAGING_USAGE = _g("system.paging.usage", "By", "Swap used / free", (PAGING_STATE,), "host", kind="updowncounter")
+PAGING_OPERATIONS = _g("system.paging.operations", "{operation}", "Pages swapped in/out", (DIRECTION,), "host", kind="counter")
+LOAD_1M = _g("system.cpu.load_average.1m", "{run_queue_item}", "1-minute load average", (), "host")
+
+# ---- training processes -------------------------------------------------------
+_PROC = (PID, EXECUTABLE, RANK)
+PROCESS_CPU_UTILIZATION = _g("process.cpu.utilization", "1", "CPU used by the process over one core's time (can exceed 1)", _PROC, "process", windowed=True)
+PROCESS_MEMORY = _g("process.memory.usage", "By", "Resident set size", _PROC, "process", kind="updowncounter")
+PROCESS_DISK_IO = _g("process.disk.io", "By", "Bytes read/written by the process (storage layer)", _PROC + (DISK_DIRECTION,), "process", kind="counter")
+
+# ---- agent health -------------------------------------------------------------
+SOURCE_UP = _g(PREFIX + "agent.source.up", "{status}", "1 when the source's last read succeeded", (SOURCE,), "agent")
+SOURCE_DURATION = _g(PREFIX + "agent.source.duration", "s", "Duration of the source's last read", (SOURCE,), "agent")
+SOURCE_ERRORS = _g(PREFIX + "agent.source.errors", "{error}", "Failed reads (whole source, or a part such as one GPU or field)", (SOURCE,), "agent", kind="counter")
+EXPORT_FAILURES = _g(PREFIX + "agent.export.failures", "{export}", "OTLP exports that failed or timed out (their data points were dropped)", (), "agent", kind="counter")
+SAMPLES = _g(PREFIX + "agent.samples", "{sample}", "Sampling rounds completed", (), "agent", kind="counter")
+SAMPLE_LAG = _g(PREFIX + "agent.sample.overrun", "{sample}", "Sampling rounds that took longer than the interval", (), "agent", kind="counter")
+
+
+def all_specs() -> list[MetricSpec]:
+    """Every MetricSpec defined in this module (and in modules that register more)."""
+    specs = [v for v in globals().values() if isinstance(v, MetricSpec)]
+    return specs + [s for s in _extra if s not in specs]
+
+
+_extra: list[MetricSpec] = []
+
+
+def register(*specs: MetricSpec) -> None:
+    """Add specs defined elsewhere (training metrics) to `all_specs()`."""
+    _extra.extend(s for s in specs if s not in _extra)
+
+
+def windowed_companions(spec: MetricSpec) -> tuple[MetricSpec, MetricSpec]:
+    """The `.min` / `.max` over the export window of a windowed gauge."""
+    base = spec.name if spec.name.startswith(PREFIX) else PREFIX + spec.name
+    return (
+        MetricSpec(base + ".min", spec.unit, "gauge", f"Minimum over the export window of {spec.name}", spec.attributes, spec.source, spec.hardware),
+        MetricSpec(base + ".max", spec.unit, "gauge", f"Maximum over the export window of {spec.name}", spec.attributes, spec.source, spec.hardware),
+    )

@@ -1,0 +1,103 @@
+"""The data model between sources and the agent: no OpenTelemetry import here.
+
+A *source* reads one part of the machine (NVML, /sys, /proc, psutil) and returns
+plain `Reading`s. The agent is the only place that turns them into OTel instruments.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal, Mapping, Protocol, runtime_checkable
+
+Kind = Literal["gauge", "counter", "updowncounter", "histogram"]
+
+# OTLP -> Prometheus unit suffixes (the translation Prometheus 3 / VictoriaMetrics apply).
+_UNIT_SUFFIX = {
+    "1": "ratio",
+    "By": "bytes",
+    "s": "seconds",
+    "W": "watts",
+    "J": "joules",
+    "Cel": "celsius",
+    "Hz": "hertz",
+    "By/s": "bytes_per_second",
+    "MHz": "megahertz",
+}
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric: its OTel name, unit (UCUM), instrument kind and meaning.
+
+    `windowed` marks utilization-like gauges that are sampled faster than they are
+    exported: the agent exports their mean over the export window plus `.min` and
+    `.max` companions, so a stall shorter than the export interval stays visible.
+    """
+
+    name: str
+    unit: str
+    kind: Kind
+    description: str
+    attributes: tuple[str, ...] = ()
+    source: str = ""
+    hardware: str = "any"
+    windowed: bool = False
+    buckets: tuple[float, ...] = ()
+
+    def prometheus_name(self, *, unit_suffix: bool = True) -> str:
+        """The Prometheus form per the OTLP translation (`hw.power` W -> `hw_power_watts`).
+
+        With `unit_suffix=False`, unit `1` gauges get no `_ratio`, as the Python
+        Prometheus exporter does.
+        """
+        base = re.sub(r"[^a-zA-Z0-9_]", "_", self.name)
+        suffix = _UNIT_SUFFIX.get(self.unit, "")
+        if self.unit == "1" and (self.kind != "gauge" or not unit_suffix):
+            suffix = ""
+        if suffix and not base.endswith("_" + suffix):
+            base = f"{base}_{suffix}"
+        if self.kind == "counter":
+            base += "_total"
+        return base  # histograms add _bucket/_sum/_count on top of this
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One observed value of `spec` with its attributes (all values strings)."""
+
+    spec: MetricSpec
+    value: float
+    attributes: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.spec.name,
+            "unit": self.spec.unit,
+            "value": self.value,
+            "attributes": dict(self.attributes),
+        }
+
+
+class SourceError(Exception):
+    """A source could not be read at all (one line, for humans: no traceback needed)."""
+
+
+@runtime_checkable
+class Source(Protocol):
+    """Reads one part of the machine. `read()` returns what it could read.
+
+    A source raises `SourceError` only when nothing could be read; partial failures
+    (one GPU lost, one file unreadable) are left out of the result and added to its
+    cumulative `partial_errors` count, which the agent exports as health data.
+    """
+
+    name: str
+    partial_errors: int
+
+    def read(self) -> list[Reading]: ...
+
+
+def describe(source: object) -> dict:
+    """What a source knows about its own capabilities (for `otel-gpu doctor`)."""
+    fn = getattr(source, "describe", None)
+    return fn() if callable(fn) else {}
