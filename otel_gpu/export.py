@@ -1,0 +1,152 @@
+"""OpenTelemetry export setup shared by the node agent and the training hooks.
+
+Configured by the standard variables: `OTEL_EXPORTER_OTLP_ENDPOINT` (or
+`..._METRICS_ENDPOINT`), `OTEL_EXPORTER_OTLP_PROTOCOL` (`grpc` | `http/protobuf`),
+`OTEL_METRIC_EXPORT_INTERVAL` (ms), `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricReader,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
+from opentelemetry.sdk.resources import Resource
+
+from .readings import MetricSpec
+
+PROTOCOLS = ("grpc", "http/protobuf")
+
+
+class ConfigError(ValueError):
+    """A bad `OTEL_*` / `OTELGPU_*` value (reported as one line, exit 2)."""
+
+
+@dataclass(frozen=True)
+class OtlpSettings:
+    endpoint: str | None      # None: no OTLP export
+    protocol: str             # "grpc" | "http/protobuf"
+    interval_s: float         # export interval, seconds
+    timeout_s: float          # one export's timeout, seconds
+
+
+def otlp_settings(env: Mapping[str, str], default_interval_s: float) -> OtlpSettings:
+    """Read the standard OTLP variables; raise ConfigError on a malformed value."""
+    endpoint = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+    protocol = env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+    if endpoint and not endpoint.startswith(("http://", "https://")):
+        raise ConfigError(f"OTLP endpoint {endpoint!r}: expected a URL starting with http:// or https://")
+    interval_s = _positive(env, "OTEL_METRIC_EXPORT_INTERVAL", default_interval_s * 1000) / 1000
+    timeout_s = _positive(env, "OTEL_EXPORTER_OTLP_TIMEOUT", min(10_000.0, interval_s * 1000 * 5)) / 1000
+    return OtlpSettings(endpoint, protocol, interval_s, timeout_s)
+
+
+def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return float(default)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected a number") from None
+    if value <= 0:
+        raise ConfigError(f"{name}={raw!r}: must be > 0")
+    return value
+
+
+class CountingExporter(MetricExporter):
+    """Wraps an exporter and counts failed exports (whose points are dropped).
+
+    Cumulative temporality means a dropped export loses resolution, never totals,
+    and nothing queues up in memory while the backend is down.
+    """
+
+    def __init__(self, inner: MetricExporter):
+        super().__init__(preferred_temporality=inner._preferred_temporality,
+                         preferred_aggregation=inner._preferred_aggregation)
+        self._inner = inner
+        self._lock = threading.Lock()
+        self.failures = 0
+        self.exports = 0
+
+    def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
+        try:
+            result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception:  # an exporter bug must not kill the export thread; it is counted
+            result = MetricExportResult.FAILURE
+        with self._lock:
+            self.exports += 1
+            if result is not MetricExportResult.SUCCESS:
+                self.failures += 1
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self._inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+        self._inner.shutdown(timeout_millis=timeout_millis)
+
+
+def otlp_exporter(settings: OtlpSettings) -> CountingExporter:
+    """The OTLP metric exporter for `settings`, wrapped to count failures."""
+    if settings.protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        inner = OTLPMetricExporter(endpoint=settings.endpoint, timeout=settings.timeout_s)
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+        endpoint = settings.endpoint.rstrip("/")
+        if not endpoint.endswith("/v1/metrics"):
+            endpoint += "/v1/metrics"
+        inner = OTLPMetricExporter(endpoint=endpoint, timeout=settings.timeout_s)
+    return CountingExporter(inner)
+
+
+def histogram_views(specs: Sequence[MetricSpec]) -> list[View]:
+    """Explicit buckets (seconds) for histogram specs: the SDK defaults are for milliseconds."""
+    return [View(instrument_name=s.name, aggregation=ExplicitBucketHistogramAggregation(list(s.buckets)))
+            for s in specs if s.kind == "histogram" and s.buckets]
+
+
+def periodic_reader(exporter: MetricExporter, settings: OtlpSettings) -> MetricReader:
+    return PeriodicExportingMetricReader(exporter, export_interval_millis=settings.interval_s * 1000,
+                                         export_timeout_millis=settings.timeout_s * 1000)
+
+
+class PrometheusEndpoint:
+    """A Prometheus scrape endpoint on host:port (loopback unless told otherwise).
+
+    Serves its own registry, so nothing else registered in this process leaks in.
+    """
+
+    def __init__(self, port: int, host: str = "127.0.0.1"):
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.reader = PrometheusMetricReader(registry=self.registry)
+        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        self.port = self._server.server_port
+        self.host = host
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def meter_provider(resource_attrs: Mapping[str, str], readers: Sequence[MetricReader],
+                   specs: Sequence[MetricSpec] = ()) -> MeterProvider:
+    """A MeterProvider (not set globally: the user's own OTel setup stays untouched)."""
+    from opentelemetry.sdk.resources import OTELResourceDetector
+
+    # ours first, then OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME on top: the user's values win
+    resource = Resource.create(dict(resource_attrs)).merge(OTELResourceDetector().detect())
+    return MeterProvider(resource=resource, metric_readers=list(readers), views=histogram_views(specs))
