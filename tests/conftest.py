@@ -1,0 +1,60 @@
+"""Shared fixtures: real Prometheus and VictoriaMetrics servers, started once per test session.
+
+Outside CI a missing binary skips the tests that need it (with the install hint); in CI
+(``CI`` set) it is a failure, so a broken install cannot pass as a green run.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from servers import (  # noqa: E402
+    PROMETHEUS_BIN,
+    VICTORIA_METRICS_BIN,
+    Prometheus,
+    Server,
+    VictoriaMetrics,
+)
+
+
+def require_binary(binary: str, what: str) -> None:
+    """Skip (locally) or fail (in CI) when ``binary`` is not an executable file."""
+    if Server.available(binary):
+        return
+    reason = f"{what} binary not found at {binary}; run `bash .ci/install.sh`"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def prometheus(tmp_path_factory) -> Prometheus:
+    """One Prometheus for the session (global scrape interval 1 s).
+
+    Add targets with ``prometheus.add_scrape_target(job, "127.0.0.1:PORT")``; use a job name
+    unique to your test, since the server is shared.
+    """
+    require_binary(PROMETHEUS_BIN, "Prometheus")
+    server = Prometheus(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n",
+        tmp_path_factory.mktemp("prometheus"),
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def victoriametrics(tmp_path_factory) -> VictoriaMetrics:
+    """One VictoriaMetrics for the session; OTLP/HTTP at ``victoriametrics.otlp_metrics_url``."""
+    require_binary(VICTORIA_METRICS_BIN, "VictoriaMetrics")
+    server = VictoriaMetrics(tmp_path_factory.mktemp("victoriametrics"))
+    server.start()
+    yield server
+    server.stop()
