@@ -1,0 +1,247 @@
+"""OS network interfaces: bytes, packets, errors, drops and link speed.
+
+Counters come from `<proc_root>/net/dev` (one read for every interface; falls back to
+`<sys_root>/class/net/<if>/statistics/*`); link speed from `<sys_root>/class/net/<if>/speed`
+(Mb/s; -1 or EINVAL when the link is down or the interface is virtual).
+
+`CounterState` (also used by the InfiniBand and disk sources) keeps exported counters
+monotonic when a raw counter wraps or is reset by a driver.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import time
+from dataclasses import dataclass
+from typing import Callable, Hashable, Iterable
+
+from .. import names
+from ..readings import Reading, SourceError
+
+# /proc/net/dev columns after "iface:", receive then transmit (8 each).
+_RX_COLUMNS = ("bytes", "packets", "errs", "drop", "fifo", "frame", "compressed", "multicast")
+_TX_COLUMNS = ("bytes", "packets", "errs", "drop", "fifo", "colls", "carrier", "compressed")
+# (spec, /proc/net/dev column, /sys statistics file stem)
+_COUNTERS = (
+    (names.NET_IO, "bytes", "bytes"),
+    (names.NET_PACKETS, "packets", "packets"),
+    (names.NET_ERRORS, "errs", "errors"),
+    (names.NET_DROPPED, "drop", "dropped"),
+)
+_DIRECTIONS = (("receive", "rx"), ("transmit", "tx"))
+
+
+# ---- monotonic counters ------------------------------------------------------
+class CounterState:
+    """Turns raw counter samples into monotonic totals, one per key.
+
+    The first sample of a key is exported as is. After that the total grows by each
+    delta. A sample below the previous one is a wrap when `modulus` is given and both
+    samples fit in it (delta taken modulo `modulus`), otherwise a reset (the counter
+    restarted from 0: delta = the new sample). `update` says which happened.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[Hashable, tuple[int, int]] = {}  # key -> (raw, total)
+
+    def update(self, key: Hashable, raw: int, modulus: int | None = None) -> tuple[int, str]:
+        """Record `raw` for `key`; return (monotonic total, "ok" | "wrap" | "reset")."""
+        prev = self._last.get(key)
+        if prev is None:
+            self._last[key] = (raw, raw)
+            return raw, "ok"
+        last_raw, total = prev
+        status = "ok"
+        if raw >= last_raw:
+            delta = raw - last_raw
+        elif modulus is not None and last_raw < modulus and raw < modulus:
+            delta, status = (raw - last_raw) % modulus, "wrap"
+        else:
+            delta, status = raw, "reset"
+        total += delta
+        self._last[key] = (raw, total)
+        return total, status
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._last
+
+
+# ---- pure parsers ----------------------------------------------------------------
+def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
+    """Parse `/proc/net/dev` into {iface: {"rx_bytes": n, ..., "tx_drop": n}} (bytes, packets)."""
+    out: dict[str, dict[str, int]] = {}
+    for line in text.splitlines():
+        name, sep, rest = line.partition(":")
+        if not sep or "|" in line:
+            continue
+        values = rest.split()
+        if len(values) < 16:
+            continue
+        row = {f"rx_{c}": int(v) for c, v in zip(_RX_COLUMNS, values[:8])}
+        row.update({f"tx_{c}": int(v) for c, v in zip(_TX_COLUMNS, values[8:16])})
+        out[name.strip()] = row
+    return out
+
+
+def speed_bytes_per_second(text: str) -> float | None:
+    """`/sys/class/net/<if>/speed` (Mb/s) -> bytes/s; None for -1, 0 or junk (link down)."""
+    try:
+        mbps = int(text.strip())
+    except ValueError:
+        return None
+    return mbps * 1e6 / 8 if mbps > 0 else None
+
+
+def selected(name: str, include: Iterable[str] | None, exclude: Iterable[str]) -> bool:
+    """True when `name` matches an `include` glob (or include is None) and no `exclude` glob."""
+    if include is not None and not any(fnmatch.fnmatchcase(name, p) for p in include):
+        return False
+    return not any(fnmatch.fnmatchcase(name, p) for p in exclude)
+
+
+# ---- the source --------------------------------------------------------------------
+@dataclass
+class _Speed:
+    value: float | None
+    read_at: float
+    error: str | None = None
+
+
+class NetSource:
+    """Per-interface counters (cumulative, monotonic) and link speed (bytes/s).
+
+    `include` / `exclude` are glob patterns on interface names. Link speed is re-read
+    at most every `speed_refresh_s` seconds (reading it may take the RTNL lock).
+    """
+
+    name = "net"
+
+    def __init__(self, sys_root: str = "/sys", proc_root: str = "/proc",
+                 include: Iterable[str] | None = None, exclude: Iterable[str] = ("lo",),
+                 speed_refresh_s: float = 10.0, clock: Callable[[], float] = time.monotonic):
+        self.sys_root = sys_root
+        self.proc_root = proc_root
+        self.include = tuple(include) if include is not None else None
+        self.exclude = tuple(exclude)
+        self.speed_refresh_s = speed_refresh_s
+        self.clock = clock
+        self.partial_errors = 0
+        self.resets = 0
+        self._counters = CounterState()
+        self._present: set[str] = set()
+        self._speeds: dict[str, _Speed] = {}
+        self._unreadable: dict[str, str] = {}
+        self._origin = ""
+
+    # -- I/O
+    def _stats(self) -> dict[str, dict[str, int]]:
+        """Raw counters per interface, from /proc/net/dev or else /sys statistics."""
+        dev = os.path.join(self.proc_root, "net", "dev")
+        try:
+            with open(dev) as f:
+                text = f.read()
+            self._origin = dev
+            return parse_net_dev(text)
+        except OSError as e:
+            self._unreadable[dev] = e.strerror or str(e)
+        return self._sys_stats()
+
+    def _sys_stats(self) -> dict[str, dict[str, int]]:
+        base = os.path.join(self.sys_root, "class", "net")
+        try:
+            ifaces = sorted(os.listdir(base))
+        except OSError as e:
+            raise SourceError(f"net: neither {self.proc_root}/net/dev nor {base} is readable: {e.strerror}")
+        self._origin = base
+        out: dict[str, dict[str, int]] = {}
+        for iface in ifaces:
+            if not selected(iface, self.include, self.exclude):
+                continue
+            row: dict[str, int] | None = {}
+            for _spec, column, stem in _COUNTERS:
+                for _direction, prefix in _DIRECTIONS:
+                    path = os.path.join(base, iface, "statistics", f"{prefix}_{stem}")
+                    try:
+                        with open(path) as f:
+                            row[f"{prefix}_{column}"] = int(f.read())
+                    except FileNotFoundError:
+                        row = None  # the interface vanished while we read it
+                        break
+                    except (OSError, ValueError) as e:
+                        self._note(path, e)
+                if row is None:
+                    break
+            if row:
+                out[iface] = row
+        return out
+
+    def _speed(self, iface: str) -> float | None:
+        now = self.clock()
+        cached = self._speeds.get(iface)
+        if cached is not None and now - cached.read_at < self.speed_refresh_s:
+            return cached.value
+        path = os.path.join(self.sys_root, "class", "net", iface, "speed")
+        value, error = None, None
+        try:
+            with open(path) as f:
+                text = f.read()
+            value = speed_bytes_per_second(text)
+            if value is None:
+                error = f"{path}: {text.strip()} (link down or no speed)"
+        except OSError as e:  # EINVAL for virtual interfaces: an answer, not an error
+            error = f"{path}: {e.strerror or e}"
+        self._speeds[iface] = _Speed(value, now, error)
+        return value
+
+    def _note(self, path: str, err: Exception) -> None:
+        self.partial_errors += 1
+        self._unreadable[path] = getattr(err, "strerror", None) or str(err)
+
+    # -- Source protocol
+    def read(self) -> list[Reading]:
+        stats = {k: v for k, v in self._stats().items() if selected(k, self.include, self.exclude)}
+        out: list[Reading] = []
+        for iface, row in sorted(stats.items()):
+            for spec, column, _stem in _COUNTERS:
+                for direction, prefix in _DIRECTIONS:
+                    raw = row.get(f"{prefix}_{column}")
+                    if raw is None:
+                        continue
+                    key = (iface, spec.name, direction)
+                    total, status = self._counters.update(key, raw)
+                    if status == "reset":
+                        self.resets += 1
+                        if iface in self._present:  # a reappearing interface starts at 0: fine
+                            self.partial_errors += 1
+                    out.append(Reading(spec, float(total), {names.IFACE: iface, names.DIRECTION: direction}))
+            speed = self._speed(iface)
+            if speed is not None:
+                out.append(Reading(names.NET_LIMIT, speed, {
+                    names.HW_ID: iface, names.HW_TYPE: "network", names.IFACE: iface}))
+        self._present = set(stats)
+        for gone in set(self._speeds) - self._present:
+            del self._speeds[gone]
+        return out
+
+    def describe(self) -> dict:
+        if not self._present:
+            try:
+                self.read()
+            except SourceError as e:
+                return {"interfaces": [], "unreadable": [str(e)]}
+        interfaces = []
+        for iface in sorted(self._present):
+            speed = self._speeds.get(iface)
+            value = speed.value if speed else None
+            interfaces.append({"name": iface, "speed_bps": value * 8 if value else None,
+                               "limit_bytes_per_s": value})
+        unreadable = [f"{p}: {why}" for p, why in sorted(self._unreadable.items())]
+        unreadable += [s.error for _, s in sorted(self._speeds.items()) if s.error]
+        return {
+            "counters_from": self._origin,
+            "interfaces": interfaces,
+            "include": list(self.include) if self.include is not None else None,
+            "exclude": list(self.exclude),
+            "counter_resets": self.resets,
+            "unreadable": unreadable,
+        }
