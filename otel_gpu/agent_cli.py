@@ -1,0 +1,171 @@
+"""`otel-gpu agent` and `otel-gpu doctor`: flags and environment -> a running node agent.
+
+Project settings (flags win over the environment):
+  OTELGPU_INTERVAL          sampling interval, seconds (0.1 - 3600, default 1)
+  OTELGPU_PROMETHEUS_PORT   serve a Prometheus scrape endpoint on this port
+  OTELGPU_PROMETHEUS_HOST   its bind address (default 127.0.0.1)
+  OTELGPU_CHECKPOINT_DIR    checkpoint directories whose filesystem is watched (os.pathsep-separated)
+  OTELGPU_PROCESSES         command-line substrings of training processes to watch (comma-separated)
+  OTELGPU_FAKE_GPUS         read N fake Hopper GPUs instead of NVML (demos, tests, benchmarks)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from .cli import UsageError
+from .export import ConfigError, OtlpSettings, otlp_settings
+from .node import NodeConfig, build_node
+
+EMBEDDED_PROMETHEUS_PORT = 9464   # the OpenTelemetry Prometheus exporter's usual port
+FLUSH_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node: NodeConfig
+    interval_s: float
+    otlp: OtlpSettings
+    prometheus_port: int | None
+    prometheus_host: str
+    live: bool
+
+
+def _number(raw: str, what: str, lo: float, hi: float, kind=float):
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise UsageError(f"{what}={raw!r}: expected a number") from None
+    if not lo <= value <= hi:
+        raise UsageError(f"{what}={raw!r}: must be between {lo:g} and {hi:g}")
+    return value
+
+
+def agent_config(args, env: Mapping[str, str], stdout_is_tty: bool) -> AgentConfig:
+    """Validate flags and environment into an AgentConfig; UsageError (exit 2) on any bad value."""
+    interval = args.interval if args.interval is not None else env.get("OTELGPU_INTERVAL", "1")
+    interval_s = _number(str(interval), "--interval", 0.1, 3600)
+    port_raw = args.prometheus_port if args.prometheus_port is not None else env.get("OTELGPU_PROMETHEUS_PORT")
+    port = _number(str(port_raw), "--prometheus-port", 1, 65535, int) if port_raw not in (None, "") else None
+    try:
+        otlp = otlp_settings(env, default_interval_s=max(10.0, interval_s))
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+    embedded = otlp.endpoint is None and port is None
+    if embedded:
+        port = EMBEDDED_PROMETHEUS_PORT
+    dirs = tuple(args.checkpoint_dir or [d for d in env.get("OTELGPU_CHECKPOINT_DIR", "").split(os.pathsep) if d])
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise UsageError(f"--checkpoint-dir {d!r}: not a directory")
+    patterns = tuple(args.process or [p for p in env.get("OTELGPU_PROCESSES", "").split(",") if p])
+    fake = args.fake_gpus if args.fake_gpus is not None else env.get("OTELGPU_FAKE_GPUS", "0")
+    fake_gpus = _number(str(fake), "--fake-gpus", 0, 64, int)
+    live = args.live if args.live is not None else (embedded and stdout_is_tty)
+    node = NodeConfig(checkpoint_dirs=dirs, process_patterns=patterns, fake_gpus=fake_gpus, gpus=not args.no_gpu)
+    return AgentConfig(node, interval_s, otlp, port, env.get("OTELGPU_PROMETHEUS_HOST", "127.0.0.1"), live)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("agent", help="run the node agent (GPU, NIC, storage, host, process metrics)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--interval", type=str, default=None, help="sampling interval in seconds (default 1, min 0.1)")
+    p.add_argument("--prometheus-port", type=str, default=None, help="serve a Prometheus endpoint on this port")
+    p.add_argument("--checkpoint-dir", action="append", help="watch this directory's filesystem (repeatable)")
+    p.add_argument("--process", action="append", help="watch processes whose command line contains this (repeatable)")
+    p.add_argument("--fake-gpus", type=str, default=None, help="read N fake Hopper GPUs instead of NVML")
+    p.add_argument("--no-gpu", action="store_true", help="do not read GPUs")
+    p.add_argument("--live", dest="live", action="store_true", default=None, help="show the live terminal view")
+    p.add_argument("--no-live", dest="live", action="store_false", help="never show the live terminal view")
+    p.add_argument("--once", action="store_true", help="take one snapshot and exit")
+    p.add_argument("--json", action="store_true", help="with --once: print the snapshot as JSON")
+    p.set_defaults(func=run_agent)
+
+    d = sub.add_parser("doctor", help="what this node supports, and what is unreadable and why")
+    d.add_argument("--json", action="store_true", help="print the report as JSON")
+    d.add_argument("--fake-gpus", type=str, default=None, help=argparse.SUPPRESS)
+    d.add_argument("--no-gpu", action="store_true", help="do not probe GPUs")
+    d.set_defaults(func=run_doctor, interval=None, prometheus_port=None, checkpoint_dir=None, process=None,
+                   live=False)
+
+
+def run_agent(args) -> int:
+    config = agent_config(args, os.environ, sys.stdout.isatty())
+    if args.json and not args.once:
+        raise UsageError("--json needs --once")
+    node = build_node(config.node)
+    for note in node.notes:
+        print(f"otel-gpu agent: {note}", file=sys.stderr)
+    try:
+        if args.once:
+            return _once(node, as_json=args.json)
+        from .agent_runtime import AgentRuntime
+        runtime = AgentRuntime(config, node)
+        return runtime.run_until_signal()
+    finally:
+        node.close()
+
+
+def _once(node, as_json: bool) -> int:
+    from .agent import Sampler
+    from .identity import point_attributes, resource_attributes
+    from .store import Store
+
+    sampler = Sampler(node.sources, Store(window_s=1.0), interval_s=0.25)
+    for source in node.sources:   # two reads: rates and GPM need a previous sample
+        sampler.read_once(source)
+    time.sleep(0.25)
+    point = point_attributes(resource_attributes(os.environ))
+    rows = []
+    for source in node.sources:
+        rows += [{**r.to_json(), "attributes": {**point, **r.attributes}} for r in sampler.read_once(source)]
+    for name, h in sampler.health.items():
+        rows.append({"name": "otelgpu.agent.source.up", "unit": "{status}", "value": float(h.up),
+                     "attributes": {**point, "otelgpu.source": name}})
+    if as_json:
+        json.dump(rows, sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    else:
+        for row in rows:
+            attrs = ",".join(f"{k}={v}" for k, v in row["attributes"].items() if k != "host.name")
+            print(f"{row['name']}{{{attrs}}} {row['value']:g} {row['unit']}")
+    return 0
+
+
+def run_doctor(args) -> int:
+    from .readings import describe
+
+    env = dict(os.environ)
+    fake = args.fake_gpus if args.fake_gpus is not None else env.get("OTELGPU_FAKE_GPUS", "0")
+    node = build_node(NodeConfig(fake_gpus=_number(str(fake), "--fake-gpus", 0, 64, int), gpus=not args.no_gpu))
+    try:
+        report = {"notes": node.notes, "sources": {s.name: describe(s) for s in node.sources}}
+    finally:
+        node.close()
+    if args.json:
+        print(json.dumps(report, indent=1, default=str))
+        return 0
+    from rich.console import Console
+    from rich.pretty import Pretty
+
+    console = Console()
+    for note in node.notes:
+        console.print(f"[yellow]{note}[/]")
+    for name, info in report["sources"].items():
+        console.rule(name)
+        console.print(Pretty(info, expand_all=True))
+    return 0
+
+
+def install_signal_handlers(stop: threading.Event) -> None:
+    """SIGINT / SIGTERM set `stop`; the agent then flushes and exits 0."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())

@@ -1,0 +1,78 @@
+"""Assembles this node's sources from the agent's settings (the one place that knows them all)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .readings import Source, SourceError
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """Where to read from; roots are parameters so tests and benchmarks can point elsewhere."""
+    proc_root: str = "/proc"
+    sys_root: str = "/sys"
+    checkpoint_dirs: tuple[str, ...] = ()
+    process_patterns: tuple[str, ...] = ()   # command-line substrings of training processes
+    fake_gpus: int = 0                       # > 0: a fake NVML with that many Hopper GPUs
+    gpus: bool = True
+
+
+@dataclass
+class Node:
+    sources: list[Source]
+    notes: list[str] = field(default_factory=list)   # one line each: what is off and why
+    gpu: Source | None = None
+
+    def close(self) -> None:
+        for s in self.sources:
+            close = getattr(s, "close", None)
+            if callable(close):
+                close()
+
+
+def _nvml_module(config: NodeConfig):
+    if config.fake_gpus:
+        from .sources.fake_nvml import fake_cluster_node
+        return fake_cluster_node(n=config.fake_gpus)
+    import pynvml
+    return pynvml
+
+
+def build_node(config: NodeConfig) -> Node:
+    """Every source this node supports; a missing GPU driver turns GPU metrics off, not the agent."""
+    from .sources.disk import DiskSource
+    from .sources.host import HostSource
+    from .sources.infiniband import InfinibandSource
+    from .sources.net import NetSource
+    from .sources.process import ProcessSource, find_pids
+
+    node = Node(sources=[])
+    if config.gpus:
+        from .sources.nvml import NvmlSource
+        try:
+            node.gpu = NvmlSource(nvml=_nvml_module(config), proc_root=config.proc_root)
+            node.sources.append(node.gpu)
+        except SourceError as exc:
+            node.notes.append(f"GPU metrics are off: {exc}")
+    else:
+        node.notes.append("GPU metrics are off: disabled by --no-gpu")
+    node.sources += [
+        HostSource(),
+        NetSource(sys_root=config.sys_root, proc_root=config.proc_root),
+        DiskSource(proc_root=config.proc_root, sys_root=config.sys_root, paths=config.checkpoint_dirs),
+    ]
+    if Path(config.sys_root, "class", "infiniband").is_dir():
+        node.sources.append(InfinibandSource(sys_root=config.sys_root))
+
+    gpu = node.gpu
+    patterns = config.process_patterns
+
+    def training_pids() -> set[int]:
+        pids = set(gpu.gpu_pids()) if gpu is not None else set()
+        if patterns:
+            pids |= set(find_pids(config.proc_root, patterns))
+        return pids
+
+    node.sources.append(ProcessSource(training_pids, proc_root=config.proc_root))
+    return node

@@ -1,0 +1,70 @@
+"""The agent's in-memory state between sampling and export (no OTel import).
+
+Sampling threads `put()` each source's readings; export callbacks read the latest
+value of every series, and for windowed gauges the mean, min and max over the
+last export window, so a stall shorter than the export interval stays visible.
+Memory is bounded: one value per series plus `window_s / interval_s` samples for
+windowed series; series a source stops reporting disappear.
+"""
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Iterable, Iterator
+
+from .readings import Reading
+
+Attrs = tuple[tuple[str, str], ...]
+
+
+def attrs_key(attributes) -> Attrs:
+    return tuple(sorted(attributes.items()))
+
+
+class Store:
+    def __init__(self, window_s: float):
+        self.window_s = window_s
+        self._lock = threading.Lock()
+        self._latest: dict[str, dict[Attrs, float]] = {}
+        self._windows: dict[str, dict[Attrs, deque]] = {}
+        self._owned: dict[str, set[tuple[str, Attrs]]] = {}
+
+    def put(self, source: str, readings: Iterable[Reading], now: float) -> None:
+        """Replace everything `source` reported before with `readings` taken at `now` (s)."""
+        keys = set()
+        with self._lock:
+            for r in readings:
+                key = attrs_key(r.attributes)
+                keys.add((r.spec.name, key))
+                self._latest.setdefault(r.spec.name, {})[key] = r.value
+                if r.spec.windowed:
+                    window = self._windows.setdefault(r.spec.name, {}).setdefault(key, deque())
+                    window.append((now, r.value))
+                    while window and window[0][0] < now - self.window_s:
+                        window.popleft()
+            for name, key in self._owned.get(source, set()) - keys:
+                self._latest.get(name, {}).pop(key, None)
+                self._windows.get(name, {}).pop(key, None)
+            self._owned[source] = keys
+
+    def forget(self, source: str) -> None:
+        """Drop every series of `source` (it failed as a whole)."""
+        self.put(source, (), 0.0)
+
+    def latest(self, name: str) -> Iterator[tuple[float, Attrs]]:
+        with self._lock:
+            items = list(self._latest.get(name, {}).items())
+        for key, value in items:
+            yield value, key
+
+    def window(self, name: str, now: float) -> Iterator[tuple[float, float, float, Attrs]]:
+        """(mean, min, max, attrs) over samples of the last `window_s` seconds."""
+        with self._lock:
+            items = [(key, [v for t, v in w if t >= now - self.window_s]) for key, w in self._windows.get(name, {}).items()]
+        for key, values in items:
+            if values:
+                yield sum(values) / len(values), min(values), max(values), key
+
+    def snapshot(self) -> dict[str, dict[Attrs, float]]:
+        with self._lock:
+            return {name: dict(series) for name, series in self._latest.items()}
