@@ -1,0 +1,452 @@
+"""A fake NVML for tests, benchmarks and `--fake-gpus N`: GPUs described as data.
+
+`FakeNvml` exposes the `pynvml` functions and constants that `NvmlSource` uses and
+raises the real `pynvml.NVMLError` subclasses, so flaky hardware is data:
+
+    FakeNvml(gpus=[FakeGpu(not_supported={"nvmlDeviceGetTotalEnergyConsumption"})] * 8)
+    FakeNvml(gpus=[hopper(lost_after_reads=2)] + [hopper()] * 7)
+    FakeNvml(init_error=pynvml.NVMLError_DriverNotLoaded)
+
+Values are plausible and time-varying (taken from real H100/H200/A100 captures):
+utilization moves around a load level, SM activity stays below it, energy and
+NVLink counters grow with power and traffic over the fake's `clock`.
+
+A device "read" (for `lost_after_reads`) is one pass over the device's functions:
+the fake starts a new read of a device when a function is called on it again with
+the same arguments. `calls[(function, index)]` counts every call per GPU index.
+"""
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import pynvml
+
+MIB = 1024 * 1024
+_ARCH = {"volta": 5, "turing": 6, "ampere": 7, "ada": 8, "hopper": 9, "blackwell": 10}
+_GPM_VALUES = ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY", "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+               "NVML_GPM_METRIC_DRAM_BW_UTIL", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC",
+               "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "NVML_GPM_METRIC_PCIE_TX_PER_SEC",
+               "NVML_GPM_METRIC_PCIE_RX_PER_SEC")
+
+
+@dataclass(frozen=True)
+class FakeMig:
+    """One MIG device: profile (e.g. '1g.10gb'), memory size and use in bytes."""
+
+    profile: str
+    memory_total: int
+    memory_used: int = 9 * MIB
+
+
+@dataclass(frozen=True)
+class FakeProcess:
+    pid: int
+    used_memory: int  # bytes
+
+
+@dataclass(frozen=True)
+class FakeGpu:
+    """A GPU as data. Defaults: an H100 SXM under training load (590.48.01 capture)."""
+
+    name: str = "NVIDIA H100 80GB HBM3"
+    arch: str = "hopper"
+    memory_total: int = 81559 * MIB
+    power_limit_w: float = 700.0
+    idle_power_w: float = 69.0
+    load_power_w: float = 632.0
+    sm_clock_mhz: tuple[int, int] = (345, 1980)   # idle, busy
+    mem_clock_mhz: int = 2619
+    temperature_c: tuple[int, int] = (41, 64)     # idle, busy
+    load: float = 0.9                             # mean utilization, 0..1
+    nvlinks: int = 18
+    pcie_kbps: tuple[float, float] | None = None  # fixed (tx, rx) KB/s, else varying
+    clock_event_reasons: int | None = None        # fixed bit mask, else from load and power
+    ecc_errors: tuple[int, int] = (0, 0)          # volatile corrected, uncorrected
+    xids: tuple[int, ...] = ()                    # XID codes pending at start
+    processes: tuple[FakeProcess, ...] = ()
+    mig_devices: tuple[FakeMig, ...] = ()
+    not_supported: frozenset[str] = frozenset()   # NVML function names answering NOT_SUPPORTED
+    lost_after_reads: int | None = None           # reads that work before GPU_IS_LOST
+    uuid: str | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "not_supported", frozenset(self.not_supported))
+
+
+def hopper(**kw) -> FakeGpu:
+    """An H100 80GB HBM3 (SXM, 18 NVLinks)."""
+    return FakeGpu(**kw)
+
+
+def h200(**kw) -> FakeGpu:
+    """An H200 (141 GB HBM3e, 3201 MHz memory clock)."""
+    return FakeGpu(**{"name": "NVIDIA H200", "memory_total": 143771 * MIB, "idle_power_w": 77.0,
+                      "load_power_w": 630.0, "mem_clock_mhz": 3201, "temperature_c": (28, 54), **kw})
+
+
+def a100(**kw) -> FakeGpu:
+    """An A100-SXM4-80GB (Ampere: no GPM, 12 NVLinks, 500 W)."""
+    return FakeGpu(**{"name": "NVIDIA A100-SXM4-80GB", "arch": "ampere", "memory_total": 81920 * MIB,
+                      "power_limit_w": 500.0, "idle_power_w": 60.0, "load_power_w": 410.0,
+                      "sm_clock_mhz": (210, 1410), "mem_clock_mhz": 1593, "nvlinks": 12, **kw})
+
+
+H100_MIG = (FakeMig("3g.40gb", 40448 * MIB, 11091 * MIB), FakeMig("2g.20gb", 20096 * MIB, 17 * MIB),
+            FakeMig("1g.10gb", 9984 * MIB), FakeMig("1g.10gb", 9984 * MIB))
+
+
+class _Handle:
+    """A fake device handle (one GPU or one MIG device)."""
+
+    def __init__(self, spec: FakeGpu, index: int, uuid: str, name: str, parent=None, mig=None):
+        self.spec, self.index, self.uuid, self.name, self.parent, self.mig = spec, index, uuid, name, parent, mig
+        self.reads = 0
+        self.seen: set = set()
+        self.lost = False
+        self.energy_mj = 1.0e9 + index * 1.0e7   # since "driver load"
+        self.nvlink_kib = [0.0, 0.0]
+        self.last_t: float | None = None
+        self.xids = list(spec.xids)
+
+    def __repr__(self):
+        return f"<fake nvmlDevice {self.uuid}>"
+
+
+def _key(a):
+    if isinstance(a, (int, str, float)):
+        return a
+    if isinstance(a, (list, tuple)):
+        return tuple(_key(x) for x in a)
+    return type(a).__name__
+
+
+def _err(code: int) -> pynvml.NVMLError:
+    return pynvml.NVMLError(code)
+
+
+class _GpmMetricsGet:
+    """Stand-in for `c_nvmlGpmMetricsGet_t` (plain attributes instead of ctypes)."""
+
+    def __init__(self):
+        self.version = 0
+        self.numMetrics = 0
+        self.sample1 = self.sample2 = None
+        self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(pynvml.NVML_GPM_METRIC_MAX)]
+
+
+class FakeNvml:
+    """Module-like fake of `pynvml` built from `FakeGpu` descriptions."""
+
+    c_nvmlGpmMetricsGet_t = _GpmMetricsGet
+    NVMLError = pynvml.NVMLError
+
+    def __init__(self, gpus=(), driver: str = "590.48.01", init_error=None, clock=time.monotonic):
+        self.gpus = list(gpus)
+        self.driver = driver
+        self.init_error = init_error
+        self.clock = clock
+        self.calls: Counter = Counter()
+        self.initialized = 0
+        self._t0 = clock()
+        self._handles = []
+        for i, spec in enumerate(self.gpus):
+            uuid = spec.uuid or f"GPU-{i:08x}-fa4e-4e00-8000-{0x5eed0000 + i:012x}"
+            h = _Handle(spec, i, uuid, spec.name)
+            h.migs = [_Handle(spec, i, f"MIG-{i:04x}{k:04x}-fa4e-4e00-8000-{0x5eed0000 + i:012x}",
+                              f"{spec.name} MIG {m.profile}", parent=h, mig=m)
+                      for k, m in enumerate(spec.mig_devices)]
+            self._handles.append(h)
+        self._event_sets: list[list] = []
+
+    def __getattr__(self, name):
+        if name.startswith(("NVML_", "NVMLError", "nvmlClocks", "nvmlEventType")):
+            return getattr(pynvml, name)
+        raise AttributeError(f"FakeNvml has no {name}")
+
+    # ---- bookkeeping ---------------------------------------------------------------
+    def _enter(self, fn: str, h: _Handle, *args) -> _Handle:
+        """Count the call, advance the device's read, raise the errors its spec asks for."""
+        if not self.initialized:
+            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        self.calls[(fn, h.index)] += 1
+        key = (fn, _key(args))
+        if key in h.seen:
+            h.reads += 1
+            h.seen = set()
+        h.seen.add(key)
+        root = h.parent or h
+        lost_after = root.spec.lost_after_reads
+        if lost_after is not None and root.reads >= lost_after and not root.lost:
+            root.lost = True
+            root.xids.append(79)   # "GPU has fallen off the bus"
+        if root.lost:
+            raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if fn in h.spec.not_supported:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return h
+
+    def _t(self) -> float:
+        return self.clock() - self._t0
+
+    def _util(self, h: _Handle) -> float:
+        """Utilization 0..1 around the spec's load, varying with time, per GPU phase."""
+        t, load = self._t(), h.spec.load
+        wave = 0.08 * math.sin(2 * math.pi * t / 7.0 + h.index) + 0.04 * math.sin(2 * math.pi * t / 1.3 + 2 * h.index)
+        return min(1.0, max(0.0, load + wave * (1 if load > 0.05 else 0)))
+
+    def _power_w(self, h: _Handle) -> float:
+        s = h.spec
+        return s.idle_power_w + (s.load_power_w - s.idle_power_w) * self._util(h)
+
+    def _advance(self, h: _Handle) -> None:
+        """Integrate energy and NVLink traffic up to now."""
+        now = self._t()
+        if h.last_t is not None:
+            dt = max(now - h.last_t, 0.0)
+            h.energy_mj += self._power_w(h) * 1000.0 * dt
+            if h.spec.nvlinks and not h.spec.mig_devices:
+                rate_kib = 40e6 * self._util(h)  # ~40 GiB/s per direction at full load
+                h.nvlink_kib[0] += rate_kib * dt
+                h.nvlink_kib[1] += rate_kib * 1.02 * dt
+        h.last_t = now
+
+    # ---- init / system ---------------------------------------------------------------
+    def nvmlInit(self):
+        self.calls[("nvmlInit", None)] += 1
+        if self.init_error is not None:
+            err = self.init_error
+            raise err() if isinstance(err, type) else err
+        self.initialized += 1
+
+    def nvmlShutdown(self):
+        self.calls[("nvmlShutdown", None)] += 1
+        if not self.initialized:
+            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        self.initialized -= 1
+
+    def nvmlSystemGetDriverVersion(self):
+        if not self.initialized:
+            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        return self.driver
+
+    def nvmlDeviceGetCount(self):
+        if not self.initialized:
+            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        return len(self._handles)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        if not 0 <= index < len(self._handles):
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return self._enter("nvmlDeviceGetHandleByIndex", self._handles[index], index)
+
+    # ---- identity ----------------------------------------------------------------------
+    def nvmlDeviceGetUUID(self, h):
+        return self._enter("nvmlDeviceGetUUID", h).uuid
+
+    def nvmlDeviceGetName(self, h):
+        return self._enter("nvmlDeviceGetName", h).name
+
+    def nvmlDeviceGetArchitecture(self, h):
+        return _ARCH.get(self._enter("nvmlDeviceGetArchitecture", h).spec.arch, pynvml.NVML_DEVICE_ARCH_UNKNOWN)
+
+    def nvmlDeviceGetMigMode(self, h):
+        self._enter("nvmlDeviceGetMigMode", h)
+        if _ARCH.get(h.spec.arch, 0) < _ARCH["ampere"]:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        mode = pynvml.NVML_DEVICE_MIG_ENABLE if h.spec.mig_devices else pynvml.NVML_DEVICE_MIG_DISABLE
+        return [mode, mode]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        self._enter("nvmlDeviceGetMaxMigDeviceCount", h)
+        return 7 if h.spec.mig_devices else 0
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, index):
+        self._enter("nvmlDeviceGetMigDeviceHandleByIndex", h, index)
+        if index >= len(h.migs):
+            raise _err(pynvml.NVML_ERROR_NOT_FOUND)
+        return h.migs[index]
+
+    def nvmlDeviceIsMigDeviceHandle(self, h):
+        return int(self._enter("nvmlDeviceIsMigDeviceHandle", h).mig is not None)
+
+    # ---- readings ----------------------------------------------------------------------
+    def _whole_gpu(self, fn: str, h: _Handle, *args) -> _Handle:
+        """Calls that a MIG-mode GPU (or a MIG device) answers NOT_SUPPORTED."""
+        self._enter(fn, h, *args)
+        if h.mig is not None or h.spec.mig_devices:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return h
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        u = self._util(self._whole_gpu("nvmlDeviceGetUtilizationRates", h))
+        return SimpleNamespace(gpu=int(round(u * 100)), memory=int(round(u * 12)))
+
+    def nvmlDeviceGetMemoryInfo(self, h, version=None):
+        self._enter("nvmlDeviceGetMemoryInfo", h)
+        if h.mig is not None:
+            total, used = h.mig.memory_total, h.mig.memory_used
+        elif h.spec.mig_devices:
+            total = h.spec.memory_total
+            used = sum(m.memory_used for m in h.spec.mig_devices) + 8 * MIB
+        else:
+            total = h.spec.memory_total
+            used = int(total * (0.02 + 0.75 * min(1.0, h.spec.load)) + sum(p.used_memory for p in h.spec.processes))
+            used = min(used, total)
+        return SimpleNamespace(total=total, used=used, free=total - used)
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        return int(self._power_w(self._enter("nvmlDeviceGetPowerUsage", h)) * 1000)   # mW
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        return int(self._enter("nvmlDeviceGetEnforcedPowerLimit", h).spec.power_limit_w * 1000)  # mW
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h):
+        self._advance(self._enter("nvmlDeviceGetTotalEnergyConsumption", h))
+        return int(h.energy_mj)   # mJ
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        s = self._enter("nvmlDeviceGetTemperature", h, sensor).spec
+        return int(round(s.temperature_c[0] + (s.temperature_c[1] - s.temperature_c[0]) * self._util(h)))
+
+    def nvmlDeviceGetClockInfo(self, h, clock_type):
+        s = self._enter("nvmlDeviceGetClockInfo", h, clock_type).spec
+        if clock_type == pynvml.NVML_CLOCK_MEM:
+            return s.mem_clock_mhz
+        return s.sm_clock_mhz[1] if self._util(h) > 0.05 else s.sm_clock_mhz[0]
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        s = self._enter("nvmlDeviceGetCurrentClocksEventReasons", h).spec
+        if s.clock_event_reasons is not None:
+            return s.clock_event_reasons
+        if self._util(h) <= 0.05:
+            return pynvml.nvmlClocksEventReasonGpuIdle
+        return pynvml.nvmlClocksEventReasonSwPowerCap if self._power_w(h) > 0.97 * s.power_limit_w else 0
+
+    def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
+        s = self._enter("nvmlDeviceGetTotalEccErrors", h, error_type, counter_type).spec
+        return s.ecc_errors[0 if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else 1]
+
+    def nvmlDeviceGetPcieThroughput(self, h, counter):
+        s = self._whole_gpu("nvmlDeviceGetPcieThroughput", h, counter).spec
+        tx = counter == pynvml.NVML_PCIE_UTIL_TX_BYTES
+        if s.pcie_kbps is not None:
+            return int(s.pcie_kbps[0 if tx else 1])
+        return int((9000 if tx else 19000) + 250000 * self._util(h) * (0.6 if tx else 1.0))   # KB/s
+
+    def nvmlDeviceGetFieldValues(self, h, field_ids):
+        self._enter("nvmlDeviceGetFieldValues", h, field_ids)
+        self._advance(h)
+        out = []
+        for f in field_ids:
+            fid, scope = f if isinstance(f, tuple) else (f, 0)
+            ret, value = pynvml.NVML_SUCCESS, 0.0
+            if h.spec.mig_devices or h.mig is not None:
+                ret = pynvml.NVML_ERROR_NOT_SUPPORTED
+            elif fid == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
+                value = h.spec.nvlinks
+            elif fid in (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
+                if not h.spec.nvlinks:
+                    ret = pynvml.NVML_ERROR_NOT_SUPPORTED
+                value = h.nvlink_kib[0 if fid == pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX else 1]
+            else:
+                ret = pynvml.NVML_ERROR_NOT_SUPPORTED
+            v = SimpleNamespace(dVal=float(value), uiVal=int(value), ulVal=int(value), ullVal=int(value),
+                                sllVal=int(value), siVal=int(value), usVal=int(value))
+            out.append(SimpleNamespace(fieldId=fid, scopeId=scope, nvmlReturn=ret,
+                                       valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, value=v, timestamp=0))
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        self._enter("nvmlDeviceGetComputeRunningProcesses", h)
+        if h.spec.mig_devices and h.mig is None:
+            return []
+        procs = h.spec.processes if h.mig is None else (h.spec.processes if h is h.parent.migs[0] else ())
+        return [SimpleNamespace(pid=p.pid, usedGpuMemory=p.used_memory, gpuInstanceId=0xFFFFFFFF,
+                                computeInstanceId=0xFFFFFFFF) for p in procs]
+
+    # ---- events (XID) ----------------------------------------------------------------------
+    def nvmlEventSetCreate(self):
+        if not self.initialized:
+            raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
+        s: list = []
+        self._event_sets.append(s)
+        return s
+
+    def nvmlDeviceGetSupportedEventTypes(self, h):
+        self._enter("nvmlDeviceGetSupportedEventTypes", h)
+        return (pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeSingleBitEccError
+                | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypeClock)
+
+    def nvmlDeviceRegisterEvents(self, h, event_types, event_set):
+        self._enter("nvmlDeviceRegisterEvents", h, event_types)
+        event_set.append(h)
+
+    def nvmlEventSetWait(self, event_set, timeout_ms):
+        for h in event_set:
+            if h.xids:
+                code = h.xids.pop(0)
+                return SimpleNamespace(device=h, eventType=pynvml.nvmlEventTypeXidCriticalError,
+                                       eventData=code, gpuInstanceId=0xFFFFFFFF, computeInstanceId=0xFFFFFFFF)
+        raise _err(pynvml.NVML_ERROR_TIMEOUT)
+
+    def nvmlEventSetFree(self, event_set):
+        event_set.clear()
+
+    def inject_xid(self, index: int, code: int) -> None:
+        """Queue an XID critical error event on GPU `index`."""
+        self._handles[index].xids.append(code)
+
+    # ---- GPM -----------------------------------------------------------------------------------
+    def nvmlGpmQueryDeviceSupport(self, h):
+        self._enter("nvmlGpmQueryDeviceSupport", h)
+        return SimpleNamespace(version=1, isSupportedDevice=int(_ARCH.get(h.spec.arch, 0) >= _ARCH["hopper"]))
+
+    def nvmlGpmSampleAlloc(self):
+        return SimpleNamespace(t=None, device=None)
+
+    def nvmlGpmSampleFree(self, sample):
+        sample.t = None
+
+    def nvmlGpmSampleGet(self, h, sample):
+        self._enter("nvmlGpmSampleGet", h)
+        if _ARCH.get(h.spec.arch, 0) < _ARCH["hopper"]:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        sample.t, sample.device = self._t(), h
+        return sample
+
+    def nvmlGpmMetricsGet(self, req):
+        s1, s2 = req.sample1, req.sample2
+        if s1 is None or s2 is None or s1.t is None or s2.t is None or s1.device is not s2.device:
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        h = s2.device
+        self._enter("nvmlGpmMetricsGet", h)
+        u = self._util(h)
+        sm = 100 * u * 0.62
+        nvl = (40e3 * u) if h.spec.nvlinks else 0.0      # MiB/s
+        values = {"NVML_GPM_METRIC_SM_UTIL": sm, "NVML_GPM_METRIC_SM_OCCUPANCY": sm * 0.45,
+                  "NVML_GPM_METRIC_ANY_TENSOR_UTIL": sm * 0.6, "NVML_GPM_METRIC_DRAM_BW_UTIL": 100 * u * 0.4,
+                  "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC": nvl, "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC": nvl * 1.02,
+                  "NVML_GPM_METRIC_PCIE_TX_PER_SEC": 9 + 150 * u, "NVML_GPM_METRIC_PCIE_RX_PER_SEC": 19 + 240 * u}
+        by_id = {getattr(pynvml, n): v for n, v in values.items()}
+        for k in range(req.numMetrics):
+            m = req.metrics[k]
+            if m.metricId in by_id:
+                m.nvmlReturn, m.value = pynvml.NVML_SUCCESS, by_id[m.metricId]
+            else:
+                m.nvmlReturn, m.value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0
+        return req
+
+
+def fake_cluster_node(n: int = 8, arch: str = "hopper", **kw) -> FakeNvml:
+    """A node of `n` identical GPUs: 'hopper' (H100), 'h200' or 'ampere' (A100); `kw` go to FakeNvml."""
+    make = {"hopper": hopper, "h200": h200, "ampere": a100}.get(arch)
+    if make is None:
+        raise ValueError(f"unknown fake GPU architecture {arch!r} (hopper, h200, ampere)")
+    return FakeNvml(gpus=[make()] * n, **kw)
+
+
+__all__ = ["FakeGpu", "FakeMig", "FakeNvml", "FakeProcess", "H100_MIG", "a100", "fake_cluster_node", "h200", "hopper"]

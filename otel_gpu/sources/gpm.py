@@ -1,0 +1,132 @@
+"""GPU Performance Monitoring (NVML GPM, Hopper and newer): SM activity, occupancy,
+tensor activity, DRAM bandwidth, NVLink and PCIe rates.
+
+GPM metrics are computed between two samples taken more than 100 ms apart. One
+`GpmDevice` per GPU keeps two samples (allocated once) and swaps them: each
+`sample()` takes a new one and computes the metrics since the previous one. When
+called again within `min_interval` it returns the last computed values unchanged.
+Used by `NvmlSource`, which owns `nvmlInit` and the device handles.
+"""
+from __future__ import annotations
+
+from ..names import (
+    DIRECTION, GPU_DRAM_ACTIVITY, GPU_NVLINK_RATE, GPU_PCIE_RATE,
+    GPU_SM_ACTIVITY, GPU_SM_OCCUPANCY, GPU_TENSOR_ACTIVITY,
+)
+from ..readings import Reading
+from . import nvml_errors
+
+MIB = 1024 * 1024
+MIN_INTERVAL_S = 0.1  # NVML: GPM samples must be more than 100 ms apart
+
+# metric constant name -> (spec, scale to the spec's unit, direction or None)
+_METRICS = {
+    "NVML_GPM_METRIC_SM_UTIL": (GPU_SM_ACTIVITY, 0.01, None),           # % -> 1
+    "NVML_GPM_METRIC_SM_OCCUPANCY": (GPU_SM_OCCUPANCY, 0.01, None),     # % -> 1
+    "NVML_GPM_METRIC_ANY_TENSOR_UTIL": (GPU_TENSOR_ACTIVITY, 0.01, None),
+    "NVML_GPM_METRIC_DRAM_BW_UTIL": (GPU_DRAM_ACTIVITY, 0.01, None),
+    "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC": (GPU_NVLINK_RATE, MIB, "transmit"),  # MiB/s -> By/s
+    "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC": (GPU_NVLINK_RATE, MIB, "receive"),
+    "NVML_GPM_METRIC_PCIE_TX_PER_SEC": (GPU_PCIE_RATE, MIB, "transmit"),
+    "NVML_GPM_METRIC_PCIE_RX_PER_SEC": (GPU_PCIE_RATE, MIB, "receive"),
+}
+
+
+def metric_ids(nvml) -> dict[int, str]:
+    """GPM metric id -> constant name, for the metrics this module reports."""
+    return {getattr(nvml, n): n for n in _METRICS if hasattr(nvml, n)}
+
+
+def gpm_readings(values: dict[str, float], attrs: dict[str, str], *, nvlink: bool = True) -> list[Reading]:
+    """Readings from raw GPM values keyed by constant name (percent, MiB/s).
+
+    Percentages become fractions clamped to 0..1; MiB/s become bytes/s. NVLink
+    rates are left out when the GPU has no NVLink (`nvlink=False`).
+    """
+    out = []
+    for name, raw in values.items():
+        spec, scale, direction = _METRICS[name]
+        if spec is GPU_NVLINK_RATE and not nvlink:
+            continue
+        value = raw * scale
+        if spec.unit == "1":
+            value = min(max(value, 0.0), 1.0)
+        a = dict(attrs)
+        if direction:
+            a[DIRECTION] = direction
+        out.append(Reading(spec, max(value, 0.0), a))
+    return out
+
+
+def query_support(nvml, handle) -> tuple[bool, str]:
+    """(supported, reason) from `nvmlGpmQueryDeviceSupport`; LOST errors propagate."""
+    fn = getattr(nvml, "nvmlGpmQueryDeviceSupport", None)
+    if fn is None:
+        return False, "nvidia-ml-py has no GPM"
+    try:
+        support = fn(handle)
+    except nvml_errors.pynvml.NVMLError as err:
+        if nvml_errors.classify(err) == nvml_errors.LOST:
+            raise
+        return False, nvml_errors.describe_error(err)
+    if not getattr(support, "isSupportedDevice", 0):
+        return False, "not supported on this GPU (GPM needs Hopper or newer)"
+    return True, "supported"
+
+
+class GpmDevice:
+    """Two GPM samples of one GPU and the metrics computed between them.
+
+    NVML errors from `sample()` propagate (the caller classifies them).
+    """
+
+    def __init__(self, nvml, handle, min_interval: float = MIN_INTERVAL_S):
+        self._nvml = nvml
+        self._handle = handle
+        self._min_interval = min_interval
+        self._ids = metric_ids(nvml)
+        self._prev = nvml.nvmlGpmSampleAlloc()
+        self._cur = nvml.nvmlGpmSampleAlloc()
+        self._prev_t: float | None = None
+        self._request = nvml.c_nvmlGpmMetricsGet_t()
+        self.values: dict[str, float] = {}   # last computed values, raw NVML units
+        self.unsupported: set[str] = set()   # metrics NVML answered NOT_SUPPORTED for
+
+    def sample(self, now: float) -> dict[str, float]:
+        """Take a sample at `now` (seconds) and return the metrics since the last one."""
+        if self._prev_t is not None and now - self._prev_t <= self._min_interval:
+            return self.values
+        self._nvml.nvmlGpmSampleGet(self._handle, self._cur)
+        if self._prev_t is not None:
+            self.values = self._compute()
+        self._prev, self._cur = self._cur, self._prev
+        self._prev_t = now
+        return self.values
+
+    def _compute(self) -> dict[str, float]:
+        nvml, req = self._nvml, self._request
+        ids = [i for i, n in self._ids.items() if n not in self.unsupported]
+        req.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        req.numMetrics = len(ids)
+        req.sample1 = self._prev
+        req.sample2 = self._cur
+        for k, mid in enumerate(ids):
+            req.metrics[k].metricId = mid
+        nvml.nvmlGpmMetricsGet(req)
+        values = {}
+        for k, mid in enumerate(ids):
+            m = req.metrics[k]
+            name = self._ids[mid]
+            if m.nvmlReturn == nvml.NVML_SUCCESS:
+                values[name] = float(m.value)
+            elif m.nvmlReturn in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT):
+                self.unsupported.add(name)
+        return values
+
+    def close(self) -> None:
+        """Free both samples (errors ignored: the GPU may be gone)."""
+        for s in (self._prev, self._cur):
+            try:
+                self._nvml.nvmlGpmSampleFree(s)
+            except nvml_errors.pynvml.NVMLError:
+                pass
