@@ -6,7 +6,6 @@ Outside CI a missing binary skips the tests that need it (with the install hint)
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -18,19 +17,9 @@ from servers import (  # noqa: E402
     PROMETHEUS_BIN,
     VICTORIA_METRICS_BIN,
     Prometheus,
-    Server,
     VictoriaMetrics,
+    require_binary,
 )
-
-
-def require_binary(binary: str, what: str) -> None:
-    """Skip (locally) or fail (in CI) when ``binary`` is not an executable file."""
-    if Server.available(binary):
-        return
-    reason = f"{what} binary not found at {binary}; run `bash .ci/install.sh`"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +27,8 @@ def prometheus(tmp_path_factory) -> Prometheus:
     """One Prometheus for the session (global scrape interval 1 s).
 
     Add targets with ``prometheus.add_scrape_target(job, "127.0.0.1:PORT")``; use a job name
-    unique to your test, since the server is shared.
+    unique to your test, since the server is shared (each add takes ~5 s: Prometheus applies
+    discovery changes at most every 5 s). ``prometheus.remove_scrape_target(job)`` when done.
     """
     require_binary(PROMETHEUS_BIN, "Prometheus")
     server = Prometheus(

@@ -64,6 +64,18 @@ def wait_until(check: Callable[[], T | None], timeout: float, what: str, interva
         time.sleep(interval)
 
 
+def require_binary(binary: str, what: str) -> None:
+    """Skip (locally) or fail (in CI) when ``binary`` is not an executable file."""
+    import pytest
+
+    if os.path.isfile(binary) and os.access(binary, os.X_OK):
+        return
+    reason = f"{what} binary not found at {binary}; run `bash .ci/install.sh`"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 class ServerError(RuntimeError):
     """A server did not start or become ready; the message carries its log tail."""
 
@@ -226,7 +238,10 @@ class Prometheus(Server):
     def add_scrape_target(
         self, job: str, host_port: str, interval: str = "1s", metrics_path: str = "/metrics", timeout: float = 20.0
     ) -> None:
-        """Scrape ``host_port`` as ``job`` every ``interval``; return once the target is up."""
+        """Scrape ``host_port`` as ``job`` every ``interval``; return once the target is up.
+
+        Takes about 5 s: Prometheus passes discovery changes to its scraper at most every 5 s.
+        """
         jobs = [j for j in self.config.get("scrape_configs") or [] if j.get("job_name") != job]
         jobs.append(
             {

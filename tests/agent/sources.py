@@ -29,3 +29,16 @@ class ScriptedSource:
                names.HW_TYPE: "gpu", names.GPU_INDEX: "0"}
         return [Reading(names.GPU_UTILIZATION, value, {**gpu, names.GPU_TASK: "general"}),
                 Reading(names.GPU_ENERGY, 100.0 * self.reads, gpu)]
+
+
+class SwitchSource(ScriptedSource):
+    """Reports `before` until `flip()` is called, then `after`; `flip()` returns the time (monotonic s)."""
+
+    def __init__(self, name="switch", before=0.2, after=0.9):
+        super().__init__(name=name, values=[before])
+        self.after = after
+
+    def flip(self) -> float:
+        import time
+        self.values = [self.after]
+        return time.monotonic()

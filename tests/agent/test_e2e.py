@@ -1,0 +1,152 @@
+"""End to end: the real agent scraped by a real Prometheus, and exporting OTLP into a real VictoriaMetrics.
+
+Every metric family the agent reads on this node (8 fake Hopper GPUs, the real host, the
+InfiniBand fixture tree) is queried back by the name docs/metrics.md gives for that path.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from otel_gpu import names
+from otel_gpu.promql import PromClient
+from tests.servers import free_port, wait_until
+
+from .nodetree import sys_with_infiniband
+
+pytestmark = pytest.mark.slow
+SPECS = {s.name: s for s in names.all_specs()}
+for _spec in list(SPECS.values()):
+    if _spec.windowed:
+        for _c in names.windowed_companions(_spec):
+            SPECS[_c.name] = _c
+
+
+@pytest.fixture(scope="module")
+def node_args(tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e-node")
+    (root / "ckpt").mkdir()
+    return ["--fake-gpus", "8", "--sys-root", str(sys_with_infiniband(root)), "--checkpoint-dir", str(root / "ckpt")]
+
+
+@pytest.fixture(scope="module")
+def expected_names(node_args):
+    out = subprocess.run([sys.executable, "-m", "otel_gpu", "agent", "--once", "--json", *node_args],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = {row["name"] for row in json.loads(out.stdout)}
+    # windowed gauges also export their min/max companions; health is exported for every source
+    for n in list(got):
+        if SPECS[n].windowed:
+            got |= {c.name for c in names.windowed_companions(SPECS[n])}
+    return got | {"otelgpu.agent.source.duration", "otelgpu.agent.source.errors", "otelgpu.agent.samples"}
+
+
+def start_agent(args, env=None):
+    proc = subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", "--interval", "0.5", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+    return proc
+
+
+def stop_agent(proc):
+    proc.terminate()
+    assert proc.wait(timeout=10) == 0, proc.stderr.read()
+
+
+def missing_families(client: PromClient, expected, form) -> list[str]:
+    present = set(client.label_values("__name__"))
+    missing = []
+    for name in sorted(expected):
+        prom = form(SPECS[name])
+        if prom not in present:
+            missing.append(f"{name} -> {prom}")
+    return missing
+
+
+def test_prometheus_scrapes_every_family(prometheus, node_args, expected_names):
+    port = free_port()
+    proc = start_agent([*node_args, "--prometheus-port", str(port)])
+    try:
+        prometheus.add_scrape_target("otelgpu-agent-e2e", f"127.0.0.1:{port}", interval="1s")
+        client = PromClient(prometheus.url)
+        form = lambda s: s.prometheus_name(unit_suffix=False)  # the Python exporter: no _ratio
+        wait_until(lambda: not missing_families(client, expected_names, form), 20, "every family in Prometheus")
+        util = client.query('hw_gpu_utilization{job="otelgpu-agent-e2e"}')
+        assert len({s.labels["hw_id"] for s in util}) == 8
+        assert all(0 <= s.value <= 1 for s in util)
+        assert all(s.labels.get("host_name") for s in util)
+        ib = client.query('rate(hw_network_io_bytes_total{job="otelgpu-agent-e2e"}[5s])')
+        assert ib, "InfiniBand ports are their own series"
+    finally:
+        stop_agent(proc)
+        prometheus.remove_scrape_target("otelgpu-agent-e2e")
+
+
+def test_otlp_into_victoriametrics_every_family(victoriametrics, node_args, expected_names):
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"{victoriametrics.url}/opentelemetry",
+           "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf", "OTEL_METRIC_EXPORT_INTERVAL": "1000",
+           "OTEL_RESOURCE_ATTRIBUTES": "otelgpu.job=e2e-job,deployment.environment=test"}
+    proc = start_agent(node_args, env)
+    try:
+        client = PromClient(victoriametrics.url)
+
+        def missing():
+            victoriametrics.flush()
+            return missing_families(client, expected_names, lambda s: s.prometheus_name())
+
+        wait_until(lambda: not missing(), 30, "every family in VictoriaMetrics")
+        sm = client.query('otelgpu_gpu_sm_activity_ratio{otelgpu_job="e2e-job"}')
+        assert len(sm) == 8
+        energy = client.query("hw_energy_joules_total")
+        assert energy and all(s.value > 0 for s in energy)
+    finally:
+        stop_agent(proc)
+
+
+def test_a_reading_is_visible_within_two_export_intervals(victoriametrics):
+    """From the moment a value changes to the moment PromQL returns it: <= 2 export intervals."""
+    from otel_gpu.agent_cli import AgentConfig
+    from otel_gpu.agent_runtime import AgentRuntime
+    from otel_gpu.export import OtlpSettings
+    from otel_gpu.node import Node, NodeConfig
+
+    from .sources import SwitchSource
+
+    export_s = 1.0
+    otlp = OtlpSettings(f"{victoriametrics.url}/opentelemetry", "http/protobuf", interval_s=export_s, timeout_s=1.0)
+    source = SwitchSource(name="latency")
+    runtime = AgentRuntime(AgentConfig(NodeConfig(), 0.1, otlp, None, "127.0.0.1", False), Node(sources=[source]))
+    client = PromClient(victoriametrics.url)
+    query = 'otelgpu_hw_gpu_utilization_max_ratio{hw_id="GPU-test", job="otel-gpu-agent"}'
+    runtime.sampler.start()
+    try:
+        wait_until(lambda: client.query(query) or victoriametrics.flush(), 15, "first export")
+        latencies = []
+        for before, after in ((0.2, 0.9), (0.9, 0.3)):
+            source.values = [before]
+            time.sleep(2.5 * export_s)          # let the window forget the old value
+            flipped = source.flip() if after == 0.9 else _set(source, after)
+            target = max(before, after) if after == 0.9 else None
+
+            def seen():
+                victoriametrics.flush()
+                got = client.query(query)
+                return got and abs(got[0].value - after) < 1e-9 if target else got and abs(got[0].value - before) > 1e-9
+
+            wait_until(seen, 10, f"value {after} visible", interval=0.05)
+            latencies.append(time.monotonic() - flipped)
+        print(f"reading-to-PromQL latency: {[f'{x:.2f}' for x in latencies]} s (export interval {export_s} s)")
+        assert max(latencies) <= 2 * export_s, latencies
+    finally:
+        runtime.shutdown()
+
+
+def _set(source, value) -> float:
+    source.values = [value]
+    return time.monotonic()

@@ -1,0 +1,24 @@
+from pathlib import Path
+
+from otel_gpu import metrics_doc, names
+
+DOC = Path(__file__).parents[1] / "docs" / "metrics.md"
+
+
+def test_metrics_doc_matches_the_code():
+    assert DOC.read_text() == metrics_doc.render(), "regenerate: python -m otel_gpu.metrics_doc > docs/metrics.md"
+
+
+def test_names_and_prometheus_forms_are_unique():
+    specs = names.all_specs()
+    assert len({s.name for s in specs}) == len(specs)
+    assert len({s.prometheus_name() for s in specs}) == len(specs)
+
+
+def test_prometheus_forms_follow_the_otlp_translation():
+    assert names.GPU_POWER.prometheus_name() == "hw_power_watts"
+    assert names.GPU_PCIE_IO.prometheus_name() == "hw_gpu_io_bytes_total"
+    assert names.GPU_UTILIZATION.prometheus_name() == "hw_gpu_utilization_ratio"
+    assert names.GPU_UTILIZATION.prometheus_name(unit_suffix=False) == "hw_gpu_utilization"
+    assert names.GPU_ERRORS.prometheus_name() == "hw_errors_total"
+    assert names.NET_LIMIT.prometheus_name() == "hw_network_bandwidth_limit_bytes_per_second"
