@@ -70,7 +70,11 @@ def agent_config(args, env: Mapping[str, str], stdout_is_tty: bool) -> AgentConf
     fake = args.fake_gpus if args.fake_gpus is not None else env.get("OTELGPU_FAKE_GPUS", "0")
     fake_gpus = _number(str(fake), "--fake-gpus", 0, 64, int)
     live = args.live if args.live is not None else (embedded and stdout_is_tty)
-    node = NodeConfig(checkpoint_dirs=dirs, process_patterns=patterns, fake_gpus=fake_gpus, gpus=not args.no_gpu)
+    for flag, root in (("--proc-root", args.proc_root), ("--sys-root", args.sys_root)):
+        if not Path(root).is_dir():
+            raise UsageError(f"{flag} {root!r}: not a directory")
+    node = NodeConfig(proc_root=args.proc_root, sys_root=args.sys_root, checkpoint_dirs=dirs,
+                      process_patterns=patterns, fake_gpus=fake_gpus, gpus=not args.no_gpu)
     return AgentConfig(node, interval_s, otlp, port, env.get("OTELGPU_PROMETHEUS_HOST", "127.0.0.1"), live)
 
 
@@ -85,6 +89,8 @@ def register(sub) -> None:
     p.add_argument("--no-gpu", action="store_true", help="do not read GPUs")
     p.add_argument("--live", dest="live", action="store_true", default=None, help="show the live terminal view")
     p.add_argument("--no-live", dest="live", action="store_false", help="never show the live terminal view")
+    p.add_argument("--proc-root", default="/proc", help="where the host's /proc is mounted (containers)")
+    p.add_argument("--sys-root", default="/sys", help="where the host's /sys is mounted (containers)")
     p.add_argument("--once", action="store_true", help="take one snapshot and exit")
     p.add_argument("--json", action="store_true", help="with --once: print the snapshot as JSON")
     p.set_defaults(func=run_agent)
@@ -93,8 +99,7 @@ def register(sub) -> None:
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.add_argument("--fake-gpus", type=str, default=None, help=argparse.SUPPRESS)
     d.add_argument("--no-gpu", action="store_true", help="do not probe GPUs")
-    d.set_defaults(func=run_doctor, interval=None, prometheus_port=None, checkpoint_dir=None, process=None,
-                   live=False)
+    d.set_defaults(func=run_doctor)
 
 
 def run_agent(args) -> int:
