@@ -1,0 +1,131 @@
+"""Host CPU, memory, swap and load, through psutil (a constructor argument for tests).
+
+Nothing here blocks: CPU utilization is computed from the difference of two
+`cpu_times()` samples, so the first read has none (there is no earlier sample).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import psutil
+
+from .. import names
+from ..readings import Reading, SourceError
+
+CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+SWAP_PAGE = 4096  # psutil reports swap-in/out as pages * 4096 bytes on Linux
+
+
+# ---- pure computations --------------------------------------------------------------
+def cpu_fractions(prev: dict[str, float], cur: dict[str, float]) -> dict[str, float] | None:
+    """Share of all CPUs' time per mode between two `cpu_times()` samples (seconds).
+
+    Counters that went backwards (Linux's iowait may) count as 0. None when no time
+    passed (two samples within one clock tick).
+    """
+    deltas = {m: max(cur[m] - prev[m], 0.0) for m in cur if m in prev}
+    total = sum(deltas.values())
+    if total <= 0:
+        return None
+    return {m: d / total for m, d in deltas.items()}
+
+
+def memory_states(vm: Any) -> dict[str, int]:
+    """Memory by state (bytes) from `psutil.virtual_memory()`, summing to the total.
+
+    `used` is total - free - buffers - cached (psutil's own `used` is total - available,
+    which would count cached pages twice).
+    """
+    states = {"free": int(vm.free)}
+    for state, attr in (("buffers", "buffers"), ("cached", "cached")):
+        if hasattr(vm, attr):
+            states[state] = int(getattr(vm, attr))
+    states["used"] = max(int(vm.total) - sum(states.values()), 0)
+    return states
+
+
+def memory_utilization(vm: Any) -> float:
+    """Fraction of memory not available to new work: (total - available) / total."""
+    available = getattr(vm, "available", None)
+    if available is None:
+        available = vm.free
+    return (vm.total - available) / vm.total if vm.total else 0.0
+
+
+# ---- the source ------------------------------------------------------------------------
+class HostSource:
+    """CPU utilization by mode, logical CPUs, memory, swap and 1-minute load."""
+
+    name = "host"
+
+    def __init__(self, psutil_module: Any = psutil):
+        self.ps = psutil_module
+        self.partial_errors = 0
+        self._prev_cpu: dict[str, float] | None = None
+        self._failed: dict[str, str] = {}
+        self._last: dict[str, Any] = {}
+
+    def _cpu_times(self) -> dict[str, float]:
+        t = self.ps.cpu_times()
+        return {m: float(getattr(t, m)) for m in CPU_MODES if hasattr(t, m)}
+
+    def _part(self, what: str, fn):
+        """Run one psutil call; a failure is a partial error (noted for describe)."""
+        try:
+            value = fn()
+        except (OSError, RuntimeError, AttributeError, ValueError) as e:
+            self.partial_errors += 1
+            self._failed[what] = f"{type(e).__name__}: {e}"
+            return None
+        self._failed.pop(what, None)
+        return value
+
+    def read(self) -> list[Reading]:
+        out: list[Reading] = []
+        cpu = self._part("cpu_times", self._cpu_times)
+        if cpu is not None:
+            if self._prev_cpu is not None:
+                fractions = cpu_fractions(self._prev_cpu, cpu)
+                if fractions is None:
+                    return self._rest(out)  # within one tick: keep the older sample as the base
+                out += [Reading(names.CPU_UTILIZATION, f, {names.CPU_MODE: m}) for m, f in fractions.items()]
+            self._prev_cpu = cpu
+            self._last["cpu_modes"] = sorted(cpu)
+        return self._rest(out)
+
+    def _rest(self, out: list[Reading]) -> list[Reading]:
+        count = self._part("cpu_count", lambda: self.ps.cpu_count(logical=True))
+        if count:
+            out.append(Reading(names.CPU_COUNT, float(count)))
+        vm = self._part("virtual_memory", self.ps.virtual_memory)
+        if vm is not None:
+            out += [Reading(names.MEMORY_USAGE, float(v), {names.MEMORY_STATE: s}) for s, v in memory_states(vm).items()]
+            out.append(Reading(names.MEMORY_LIMIT, float(vm.total)))
+            out.append(Reading(names.MEMORY_UTILIZATION, memory_utilization(vm)))
+            self._last["memory_total"] = int(vm.total)
+        sw = self._part("swap_memory", self.ps.swap_memory)
+        if sw is not None:
+            out.append(Reading(names.PAGING_USAGE, float(sw.used), {names.PAGING_STATE: "used"}))
+            out.append(Reading(names.PAGING_USAGE, float(sw.free), {names.PAGING_STATE: "free"}))
+            direction = names.PAGING_OPERATIONS.attributes[0]
+            out.append(Reading(names.PAGING_OPERATIONS, float(sw.sin // SWAP_PAGE), {direction: "in"}))
+            out.append(Reading(names.PAGING_OPERATIONS, float(sw.sout // SWAP_PAGE), {direction: "out"}))
+            self._last["swap_total"] = int(sw.total)
+        load = self._part("getloadavg", self.ps.getloadavg)
+        if load is not None:
+            out.append(Reading(names.LOAD_1M, float(load[0])))
+        if not out and self._failed and len(self._failed) == 5:
+            raise SourceError("host: every psutil call failed: " + "; ".join(f"{k}: {v}" for k, v in self._failed.items()))
+        return out
+
+    def describe(self) -> dict:
+        if not self._last:
+            try:
+                self.read()
+            except SourceError as e:
+                return {"unreadable": [str(e)]}
+        return {
+            "psutil": getattr(self.ps, "__version__", None),
+            **self._last,
+            "unreadable": [f"{k}: {v}" for k, v in sorted(self._failed.items())],
+        }
