@@ -1,0 +1,199 @@
+"""A folder of per-rank traces, filtered the way HTA 0.5.0 loads them.
+
+HTA keeps, per rank, a table of duration events. With two or more distinct ``ProfilerStep``
+names it keeps only CPU events that start before the last step and the GPU events whose
+correlation id matches one of them (a GPU event matched by k CPU events appears k times,
+as in HTA's inner merge), GPU rows first. :class:`RankView` holds that row order as an
+index array into :class:`~otel_gpu.trace.parse.RankEvents`; all times are microseconds
+relative to the earliest event of the whole set.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .parse import RankEvents, TraceFormatError, read_trace
+
+COMMUNICATION, MEMORY, COMPUTATION, OTHER = "COMMUNICATION", "MEMORY", "COMPUTATION", "OTHER"
+_COMM_RE = re.compile(r"^nccl.*Kernel")
+_MEM_RE = re.compile(r"(^Memcpy)|(^Memset)|(^dma)")
+_NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+SYNC_EVENT_NAMES = ("Event Sync", "Context Sync")
+
+
+def kernel_type(name: str) -> str:
+    """HTA's kernel classification by name: communication, memory, computation or other."""
+    if _COMM_RE.match(name):
+        return COMMUNICATION
+    if _MEM_RE.match(name):
+        return MEMORY
+    if not _NOT_COMPUTE_RE.match(name):
+        return COMPUTATION
+    return OTHER
+
+
+@dataclass
+class RankView:
+    """One rank's events in HTA's row order (``rows`` indexes ``ev``; repeats allowed)."""
+
+    rank: int
+    ev: RankEvents
+    rows: np.ndarray
+    index_correlation: np.ndarray  # per event of ev (not per row): HTA's index_correlation
+    ts0: int = 0  # subtracted from ts (earliest event of the set)
+    _types: list[str] | None = field(default=None, repr=False)
+
+    @property
+    def names(self) -> list[str]:
+        return self.ev.names
+
+    def col(self, name: str) -> np.ndarray:
+        """A column of ``ev`` in row order (``ts`` relative to the set's start)."""
+        a = getattr(self.ev, name)[self.rows]
+        if name == "ts":
+            a = a - self.ts0
+        return a
+
+    def name_types(self) -> list[str]:
+        """Kernel type of every symbol in ``names``."""
+        if self._types is None:
+            self._types = [kernel_type(n) for n in self.ev.names]
+        return self._types
+
+    def type_of_rows(self, rows_name: np.ndarray) -> np.ndarray:
+        table = np.array(self.name_types() or ["OTHER"], dtype=object)
+        return table[rows_name] if len(rows_name) else np.array([], dtype=object)
+
+    def symbol_ids(self, wanted) -> np.ndarray:
+        """Ids of the given symbol names present in this rank."""
+        wanted = set(wanted)
+        return np.array([i for i, n in enumerate(self.ev.names) if n in wanted], dtype=np.int32)
+
+
+@dataclass
+class TraceSet:
+    """All ranks of one run, HTA-filtered, plus what the loader noticed."""
+
+    path: str
+    ranks: dict[int, RankView]
+    notes: list[str]
+    steps_filtered: bool
+
+
+def _is_gpu(ev: RankEvents) -> np.ndarray:
+    """HTA's GPU-kernel filter: stream >= 0 and correlation >= 0, or a device sync event."""
+    mask = (ev.stream >= 0) & (ev.correlation >= 0)
+    sync_ids = [i for i, n in enumerate(ev.names) if n in SYNC_EVENT_NAMES]
+    if sync_ids:
+        mask |= np.isin(ev.name, sync_ids)
+    return mask
+
+
+def _index_correlation(ev: RankEvents, gpu: np.ndarray) -> np.ndarray:
+    """HTA's index_correlation: for a CPU event the index of the last GPU event with its
+    correlation, for a GPU event the last CPU one; 0 when unmatched, -1 without correlation."""
+    ic = np.minimum(ev.correlation, 0)
+    has = ev.correlation != -1
+    for src, dst in ((has & ~gpu, has & gpu), (has & gpu, has & ~gpu)):
+        src_pos = np.flatnonzero(src)
+        dst_pos = np.flatnonzero(dst)
+        if not len(src_pos) or not len(dst_pos):
+            continue
+        # the last dst event (file order) for each correlation value
+        dcorr = ev.correlation[dst_pos]
+        order = np.argsort(dcorr, kind="stable")
+        sc = dcorr[order]
+        last = np.r_[sc[1:] != sc[:-1], True]
+        keys, last_pos = sc[last], dst_pos[order][last]
+        scorr = ev.correlation[src_pos]
+        j = np.searchsorted(keys, scorr)
+        j[j >= len(keys)] = 0
+        ok = keys[j] == scorr if len(keys) else np.zeros(len(scorr), bool)
+        ic[src_pos[ok]] = ev.index[last_pos[j[ok]]]
+    return ic
+
+
+def _filter_rows(ev: RankEvents, gpu: np.ndarray) -> np.ndarray:
+    """HTA's last-step filter: GPU rows (repeated per matching CPU row), then CPU rows."""
+    cpu = ~gpu
+    step_ids = [i for i, n in enumerate(ev.names) if "ProfilerStep" in n]
+    step_rows = cpu & np.isin(ev.name, step_ids)
+    if not step_rows.any():
+        return np.array([], dtype=np.int64)
+    last_start = ev.ts[step_rows].max()
+    cpu_keep = np.flatnonzero(cpu & (ev.ts < last_start))
+    gpu_pos = np.flatnonzero(gpu)
+    ccorr = np.sort(ev.correlation[cpu_keep])
+    gcorr = ev.correlation[gpu_pos]
+    mult = np.searchsorted(ccorr, gcorr, "right") - np.searchsorted(ccorr, gcorr, "left")
+    return np.concatenate([np.repeat(gpu_pos, mult), cpu_keep]).astype(np.int64)
+
+
+def find_trace_files(directory: str) -> list[str]:
+    """The ``.json`` / ``.json.gz`` / ``.gz`` files of a folder, sorted by name."""
+    if not os.path.isdir(directory):
+        raise TraceFormatError(f"{directory}: not a folder")
+    files = sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                   if f.endswith((".json", ".gz")) and os.path.isfile(os.path.join(directory, f)))
+    if not files:
+        raise TraceFormatError(f"{directory}: no .json or .json.gz trace files")
+    return files
+
+
+def load_events(paths: list[str]) -> tuple[dict[int, RankEvents], list[str]]:
+    """Read every file; rank from the file (HTA's rule), a later file wins on a duplicate rank."""
+    out: dict[int, RankEvents] = {}
+    notes: list[str] = []
+    for p in paths:
+        ev = read_trace(p)
+        if ev.rank in out:
+            notes.append(f"rank {ev.rank} appears in {out[ev.rank].path} and {p}; using {p}")
+        out[ev.rank] = ev
+    return out, notes
+
+
+def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None = None,
+              include_last_step: bool = False) -> TraceSet:
+    """Apply HTA's load-time filtering to already read ranks."""
+    notes = list(notes or [])
+    step_names = set()
+    for ev in events.values():
+        step_names.update(n for n in ev.names if "ProfilerStep" in n)
+    filtered = len(step_names) >= 2 and not include_last_step
+    if not step_names:
+        notes.append("no ProfilerStep annotations: every kernel in the trace is analysed")
+    elif len(step_names) == 1:
+        notes.append("only one ProfilerStep: every kernel in the trace is analysed")
+    elif include_last_step:
+        notes.append("last ProfilerStep kept (--include-last-step)")
+    else:
+        notes.append("kernels launched in the last ProfilerStep are excluded (HTA default)")
+    views: dict[int, RankView] = {}
+    ts0 = None
+    for rank in sorted(events):
+        ev = events[rank]
+        gpu = _is_gpu(ev)
+        rows = _filter_rows(ev, gpu) if filtered else np.arange(len(ev), dtype=np.int64)
+        views[rank] = RankView(rank, ev, rows, _index_correlation(ev, gpu))
+        if len(ev):
+            m = int(ev.ts.min())
+            ts0 = m if ts0 is None else min(ts0, m)
+    for v in views.values():
+        v.ts0 = ts0 or 0
+        if not (v.ev.stream[v.rows] != -1).any():
+            notes.append(f"rank {v.rank}: no GPU events (CPU-only trace): only CPU-side results")
+    return TraceSet(path, views, notes, filtered)
+
+
+def load_set(directory: str, ranks: list[int] | None = None, include_last_step: bool = False) -> TraceSet:
+    """Read and filter a folder of per-rank traces (optionally only some ranks)."""
+    events, notes = load_events(find_trace_files(directory))
+    if ranks:
+        missing = sorted(set(ranks) - set(events))
+        if missing:
+            raise TraceFormatError(f"{directory}: no trace for rank(s) {missing}; found {sorted(events)}")
+        events = {r: events[r] for r in ranks}
+    return build_set(directory, events, notes, include_last_step)

@@ -1,0 +1,340 @@
+"""Streaming reader for PyTorch profiler (Kineto) Chrome-trace JSON files.
+
+The file is never loaded whole: text is decoded in chunks (gzip streamed too) and each
+element of ``traceEvents`` is decoded on its own, then reduced to a few numbers kept in
+compact numpy arrays (:class:`RankEvents`). Times are microseconds (us).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import re
+import zlib
+from array import array
+from dataclasses import dataclass, field
+
+import numpy as np
+
+CHUNK_CHARS = 1 << 22  # 4 Mi characters of text per read
+_WS = " \t\r\n"
+_RANK_RE = re.compile(r'"rank":[^\S\n]+(\d+)')  # HTA's rank detection: first match, one line
+_DECODER = json.JSONDecoder()
+
+
+class TraceFormatError(Exception):
+    """A trace file is missing, truncated or not a Kineto trace; the message names the file."""
+
+
+@dataclass
+class RankEvents:
+    """The duration events of one trace file, in file order (``dur`` and ``cat`` present, ``cat != Trace``).
+
+    ``index`` is the event's position in ``traceEvents``; ``ts``/``dur`` are microseconds after the
+    HTA-compatible rounding of nanosecond-resolution traces; ``stream``/``correlation``/``external_id``
+    are -1 when absent; ``name``/``cat`` index into ``names``.
+    """
+
+    path: str
+    rank: int
+    index: np.ndarray
+    ts: np.ndarray
+    dur: np.ndarray
+    name: np.ndarray
+    cat: np.ndarray
+    stream: np.ndarray
+    correlation: np.ndarray
+    external_id: np.ndarray
+    tid: np.ndarray
+    names: list[str]
+    tids: list[str]
+    meta: dict = field(default_factory=dict)
+    ts_rounded: bool = False
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+class _Text:
+    """Chunked text reader over a plain or gzip'd file with a sliding buffer."""
+
+    def __init__(self, path: str):
+        self.path = path
+        raw = open(path, "rb")
+        head = raw.read(2)
+        raw.seek(0)
+        self._fh = gzip.open(raw, "rt", encoding="utf-8") if head == b"\x1f\x8b" else open(
+            path, "rt", encoding="utf-8")
+        if head == b"\x1f\x8b":
+            self._raw = raw
+        else:
+            raw.close()
+            self._raw = None
+        self.buf = ""
+        self.pos = 0
+        self.eof = False
+        self.rank: int | None = None
+        self._tail = ""
+
+    def close(self) -> None:
+        self._fh.close()
+        if self._raw is not None:
+            self._raw.close()
+
+    def more(self) -> bool:
+        """Read another chunk into the buffer (dropping consumed text); False at end of file."""
+        if self.eof:
+            return False
+        try:
+            chunk = self._fh.read(CHUNK_CHARS)
+        except (EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
+            raise TraceFormatError(f"{self.path}: cannot read ({exc.__class__.__name__}: {exc})") from None
+        if not chunk:
+            self.eof = True
+            return False
+        if self.rank is None:
+            text = self._tail + chunk
+            m = _RANK_RE.search(text)
+            if m:
+                self.rank = int(m.group(1))
+            else:
+                self._tail = text[-64:]
+        self.buf = self.buf[self.pos:] + chunk
+        self.pos = 0
+        return True
+
+    def skip_ws(self) -> str:
+        """Skip whitespace; return the next character ('' at end of file)."""
+        while True:
+            buf, pos = self.buf, self.pos
+            n = len(buf)
+            while pos < n and buf[pos] in _WS:
+                pos += 1
+            self.pos = pos
+            if pos < n:
+                return buf[pos]
+            if not self.more():
+                return ""
+
+    def expect(self, ch: str) -> None:
+        got = self.skip_ws()
+        if got != ch:
+            raise self.error(f"expected {ch!r}, found {got or 'end of file'!r}")
+        self.pos += 1
+
+    def value(self):
+        """Decode one JSON value at the cursor, reading more text as needed."""
+        self.skip_ws()
+        while True:
+            try:
+                val, end = _DECODER.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as exc:
+                near_end = exc.pos > len(self.buf) - (1 << 20)
+                if near_end and self.more():  # the value continues in the next chunk
+                    continue
+                if self.eof and near_end and exc.msg.startswith(("Unterminated", "Expecting")):
+                    raise self.error("truncated JSON (file ends inside a value)") from None
+                raise self.error(f"invalid JSON: {exc.msg} (character {exc.pos - self.pos} of an event)") from None
+            if end == len(self.buf) and not self.eof and self.more():
+                continue  # a number at the very end of the buffer may continue in the next chunk
+            self.pos = end
+            return val
+
+    def error(self, msg: str) -> TraceFormatError:
+        return TraceFormatError(f"{self.path}: {msg}")
+
+
+def _int_or(v, default: int = -1) -> int:
+    if type(v) is int:
+        return v
+    try:
+        return int(v)
+    except (ValueError, TypeError, OverflowError):
+        return default
+
+
+class _Collector:
+    """Accumulates the fields kept from each event into typed arrays."""
+
+    def __init__(self) -> None:
+        self.index = array("q")
+        self.ts = array("d")
+        self.dur = array("d")
+        self.name = array("i")
+        self.cat = array("i")
+        self.stream = array("q")
+        self.corr = array("q")
+        self.ext = array("q")
+        self.tid = array("i")
+        self.sym: dict[str, int] = {}
+        self.tid_sym: dict[str, int] = {}
+        self.ts_float = False  # any ts in the file is fractional or missing -> HTA rounds
+        self.n = 0
+
+    def add(self, e) -> None:
+        i = self.n
+        self.n = i + 1
+        if type(e) is not dict:
+            return
+        ts = e.get("ts")
+        if type(ts) is not int:
+            self.ts_float = True
+            if ts is None or type(ts) is not float:
+                return
+        dur = e.get("dur")
+        cat = e.get("cat")
+        if dur is None or cat is None or cat == "Trace" or type(dur) not in (int, float):
+            return
+        if dur != dur:  # NaN
+            return
+        sym = self.sym
+        name = e.get("name")
+        name = name if type(name) is str else str(name)
+        cat = cat if type(cat) is str else str(cat)
+        nid = sym.get(name)
+        if nid is None:
+            nid = sym[name] = len(sym)
+        cid = sym.get(cat)
+        if cid is None:
+            cid = sym[cat] = len(sym)
+        tid = e.get("tid")
+        tkey = tid if type(tid) is str else str(tid)
+        tidx = self.tid_sym.get(tkey)
+        if tidx is None:
+            tidx = self.tid_sym[tkey] = len(self.tid_sym)
+        args = e.get("args")
+        if type(args) is dict:
+            stream = args.get("stream", -1)
+            if type(stream) is not int:
+                stream = _int_or(stream)
+            corr = args.get("correlation", -1)
+            if type(corr) is not int:
+                corr = _int_or(corr)
+            ext = args.get("External id")
+            if ext is None:
+                ext = args.get("external id", -1)
+            if type(ext) is not int:
+                ext = _int_or(ext)
+        else:
+            stream = corr = ext = -1
+        self.index.append(i)
+        self.ts.append(ts)
+        self.dur.append(dur)
+        self.name.append(nid)
+        self.cat.append(cid)
+        self.stream.append(stream)
+        self.corr.append(corr)
+        self.ext.append(ext)
+        self.tid.append(tidx)
+
+
+def _downcast_int(a: np.ndarray) -> np.ndarray:
+    """Smallest signed integer dtype holding ``a`` (what pandas ``to_numeric(downcast='integer')`` picks)."""
+    if a.size == 0:
+        return a.astype(np.int8)
+    lo, hi = int(a.min()), int(a.max())
+    for dt in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return a.astype(dt)
+    return a.astype(np.int64)
+
+
+def read_trace(path: str) -> RankEvents:
+    """Stream one trace file into :class:`RankEvents`; raises :class:`TraceFormatError` naming the file."""
+    if not os.path.isfile(path):
+        raise TraceFormatError(f"{path}: no such file")
+    try:
+        text = _Text(path)
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot open ({exc})") from None
+    col = _Collector()
+    meta: dict = {}
+    found = False
+    try:
+        first = text.skip_ws()
+        if first == "[":  # bare array form of the Chrome trace format
+            found = True
+            _read_array(text, col)
+        elif first == "{":
+            text.pos += 1
+            if text.skip_ws() == "}":
+                text.pos += 1
+            else:
+                while True:
+                    key = text.value()
+                    if type(key) is not str:
+                        raise text.error("invalid JSON: object key is not a string")
+                    text.expect(":")
+                    if key == "traceEvents" and text.skip_ws() == "[":
+                        found = True
+                        _read_array(text, col)
+                    else:
+                        meta[key] = text.value()
+                    c = text.skip_ws()
+                    text.pos += 1
+                    if c == "}":
+                        break
+                    if c != ",":
+                        raise text.error("truncated JSON" if c == "" else f"invalid JSON: unexpected {c!r}")
+        else:
+            raise text.error("not a JSON trace (expected '{' or '[' at the start)")
+        if text.skip_ws() != "":
+            raise text.error("invalid JSON: extra data after the trace object")
+    finally:
+        text.close()
+    if not found:
+        raise TraceFormatError(f"{path}: no 'traceEvents' array: not a Kineto/Chrome trace")
+    rank = text.rank if text.rank is not None else 0
+    return _finish(path, rank, col, meta)
+
+
+def _read_array(text: _Text, col: _Collector) -> None:
+    text.expect("[")
+    if text.skip_ws() == "]":
+        text.pos += 1
+        return
+    add = col.add
+    while True:
+        add(text.value())
+        c = text.skip_ws()
+        text.pos += 1
+        if c == "]":
+            return
+        if c != ",":
+            raise text.error("truncated JSON" if c == "" else f"invalid JSON in traceEvents: unexpected {c!r}")
+
+
+def _finish(path: str, rank: int, col: _Collector, meta: dict) -> RankEvents:
+    ts = np.frombuffer(col.ts, dtype=np.float64)
+    dur = np.frombuffer(col.dur, dtype=np.float64)
+    if col.ts_float:
+        # HTA rounds nanosecond-resolution traces: start up, end down (pytorch#122425)
+        end = np.floor(ts + dur)
+        ts = np.ceil(ts)
+        dur = end - ts
+        ts_out = ts.astype(np.int64)
+    else:
+        ts_out = _downcast_int(ts.astype(np.int64))
+    names = [None] * len(col.sym)
+    for s, i in col.sym.items():
+        names[i] = s
+    tids = [None] * len(col.tid_sym)
+    for s, i in col.tid_sym.items():
+        tids[i] = s
+    return RankEvents(
+        path=path, rank=rank,
+        index=np.frombuffer(col.index, dtype=np.int64),
+        ts=ts_out, dur=np.array(dur, dtype=np.float64),
+        name=np.frombuffer(col.name, dtype=np.int32), cat=np.frombuffer(col.cat, dtype=np.int32),
+        stream=np.frombuffer(col.stream, dtype=np.int64),
+        correlation=np.frombuffer(col.corr, dtype=np.int64),
+        external_id=np.frombuffer(col.ext, dtype=np.int64),
+        tid=np.frombuffer(col.tid, dtype=np.int32),
+        names=names, tids=tids, meta=meta, ts_rounded=col.ts_float,
+    )
+
+
+def is_finite(x: float) -> bool:
+    return not (math.isnan(x) or math.isinf(x))
