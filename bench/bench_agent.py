@@ -1,0 +1,98 @@
+"""Agent cost side by side with node_exporter, in one run.
+
+For each sampling interval (1 s and 100 ms): the agent (8 fake Hopper GPUs + every real
+host source, Prometheus endpoint) and Debian's node_exporter (cpu, meminfo, diskstats,
+netdev collectors only) run at the same time for DURATION seconds, both scraped by the
+same Prometheus at that interval. CPU seconds and peak RSS come from /proc/<pid>.
+
+    python bench/bench_agent.py [--duration 60] [--intervals 1,0.1]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.servers import NodeExporter, Prometheus, free_port, wait_until  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of `pid` (and its reaped children), seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / CLK_TCK
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def measure(interval: float, duration: float, tmp: Path) -> dict[str, dict[str, float]]:
+    agent_port = free_port()
+    agent = subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", "--fake-gpus", "8",
+                              "--interval", str(interval), "--prometheus-port", str(agent_port)],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node = NodeExporter(tmpdir=tmp / f"ne-{interval}", collectors=("cpu", "meminfo", "diskstats", "netdev")).start()
+    prom = Prometheus(f"global:\n  scrape_interval: {interval}s\n  scrape_timeout: {interval}s\n",
+                      tmp / f"prom-{interval}").start()
+    try:
+        scrape = f"{int(interval * 1000)}ms"
+        prom.add_scrape_target("agent", f"127.0.0.1:{agent_port}", interval=scrape)
+        prom.add_scrape_target("node", node.host_port, interval=scrape)
+        time.sleep(2)   # both warm: imports done, first scrapes served
+        start = {"agent": cpu_seconds(agent.pid), "node_exporter": cpu_seconds(node.pid)}
+        t0 = time.monotonic()
+        time.sleep(duration)
+        wall = time.monotonic() - t0
+        end = {"agent": cpu_seconds(agent.pid), "node_exporter": cpu_seconds(node.pid)}
+        scrapes = {job: prom.get("/api/v1/query", query=f'count_over_time(up{{job="{job}"}}[{int(duration)}s])')
+                   .json()["data"]["result"] for job in ("agent", "node")}
+        out = {}
+        for name, pid, job in (("agent", agent.pid, "agent"), ("node_exporter", node.pid, "node")):
+            cpu = end[name] - start[name]
+            out[name] = {"cpu_s": cpu, "cpu_pct_core": 100 * cpu / wall, "peak_rss_mb": peak_rss_mb(pid),
+                         "scrapes": float(scrapes[job][0]["value"][1]) if scrapes[job] else 0.0}
+        return out
+    finally:
+        agent.terminate()
+        agent.wait(10)
+        node.stop()
+        prom.stop()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration", type=float, default=60.0, help="seconds measured per interval")
+    p.add_argument("--intervals", default="1,0.1", help="sampling/scrape intervals, seconds")
+    args = p.parse_args()
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Agent vs node_exporter, {args.duration:g} s each, same Prometheus, same scrape rate")
+    for col in ("interval", "process", "CPU s", "% of one core", "peak RSS MB", "scrapes", "CPU ratio agent/node_exporter"):
+        table.add_column(col)
+    with tempfile.TemporaryDirectory() as tmp:
+        for interval in (float(x) for x in args.intervals.split(",")):
+            r = measure(interval, args.duration, Path(tmp))
+            ratio = r["agent"]["cpu_s"] / max(r["node_exporter"]["cpu_s"], 1e-9)
+            for name in ("agent", "node_exporter"):
+                m = r[name]
+                table.add_row(f"{interval:g} s", name, f"{m['cpu_s']:.2f}", f"{m['cpu_pct_core']:.2f}",
+                              f"{m['peak_rss_mb']:.1f}", f"{m['scrapes']:.0f}", f"{ratio:.2f}" if name == "agent" else "")
+    Console().print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
