@@ -48,3 +48,13 @@ def victoriametrics(tmp_path_factory) -> VictoriaMetrics:
     server.start()
     yield server
     server.stop()
+
+
+SERVER_FIXTURES = {"prometheus", "victoriametrics"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that use a real-server fixture are ``slow`` without having to say so."""
+    for item in items:
+        if SERVER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

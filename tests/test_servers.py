@@ -21,7 +21,7 @@ from servers import (
     wait_until,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow  # every test here starts a real server
 
 
 def instant(url: str, expr: str) -> list[dict]:
