@@ -142,3 +142,18 @@ def windowed_companions(spec: MetricSpec) -> tuple[MetricSpec, MetricSpec]:
         MetricSpec(base + ".min", spec.unit, "gauge", f"Minimum over the export window of {spec.name}", spec.attributes, spec.source, spec.hardware),
         MetricSpec(base + ".max", spec.unit, "gauge", f"Maximum over the export window of {spec.name}", spec.attributes, spec.source, spec.hardware),
     )
+
+
+# ---- training (step/phase hooks in each rank; otel_gpu/training) -----------------
+# Identity on every point: host.name, otelgpu.job (point_attributes) and the rank trio below.
+PHASE_NAMES = ("forward", "backward", "optimizer", "checkpoint", "eval", "data_wait")
+CHECKPOINT_EVENT = "otelgpu.checkpoint.event"   # "start" | "end"
+_RANKED = (HOST, JOB, RANK, LOCAL_RANK, WORLD_SIZE)
+# 10 ms .. 10 min, roughly x2 apart (seconds)
+STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+TRAIN_STEP_DURATION = _g(PREFIX + "train.step.duration", "s", "Wall time of one training step (host clock, no GPU sync)", _RANKED, "training", kind="histogram", buckets=STEP_BUCKETS)
+TRAIN_STEPS = _g(PREFIX + "train.steps", "{step}", "Training steps completed", _RANKED, "training", kind="counter")
+TRAIN_SAMPLES = _g(PREFIX + "train.samples", "{sample}", "Samples processed by this rank (rate() gives samples/s)", _RANKED, "training", kind="counter")
+TRAIN_TOKENS = _g(PREFIX + "train.tokens", "{token}", "Tokens processed by this rank (rate() gives tokens/s)", _RANKED, "training", kind="counter")
+TRAIN_PHASE_TIME = _g(PREFIX + "train.phase.time", "s", "Exclusive wall time spent in a phase (rate() gives its share of wall time)", _RANKED + (PHASE,), "training", kind="counter")
+TRAIN_CHECKPOINTS = _g(PREFIX + "train.checkpoints", "{event}", "Checkpoint saves started / ended (start - end > 0: one in progress)", _RANKED + (CHECKPOINT_EVENT,), "training", kind="counter")

@@ -1,0 +1,129 @@
+"""Continuous profiling of one training rank with pyroscope-io (the only module importing it).
+
+Settings, chosen so a flame graph shows where a rank *waits*, not only where it computes:
+
+- `oncpu=False` (wall clock): a thread blocked in a collective, a lock or I/O is
+  sampled in the Python function that blocks, so waiting shows as width;
+- `gil_only=False` (all threads): threads that do not hold the GIL (blocked in C,
+  autograd and communication threads) are sampled too;
+- 100 Hz (`sample_rate`): the pyroscope-io default; cost measured in docs/performance.md.
+
+Series tags (job, node, rank, local_rank, world_size) are set once in `configure()`;
+the phase is a per-thread tag (`add_thread_tag`) set from the same phase hooks as the
+metrics, so a flame graph can be cut to "rank 3, backward".
+
+pyroscope-io is not fork-safe: start it in each rank after spawn, never before a fork.
+Configuration: `OTELGPU_PYROSCOPE_URL` (server; unset: no profiling), `OTELGPU_PROFILE`
+(`0` turns it off), `OTELGPU_PROFILE_RATE` (Hz), `OTELGPU_PROFILE_MODE` (`wall` | `cpu`),
+`OTELGPU_PROFILE_THREADS` (`all` | `gil`), `OTELGPU_PROFILE_UPLOAD_S` (seconds between pushes).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .export import ConfigError
+
+log = logging.getLogger("otel_gpu.profiling")
+
+PHASE_TAG = "phase"
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    server: str                 # Pyroscope URL, e.g. http://pyroscope:4040
+    app_name: str               # Pyroscope application (service_name)
+    tags: dict[str, str] = field(default_factory=dict)
+    sample_rate: int = 100      # Hz
+    wall: bool = True           # True: wall clock (waits show); False: on-CPU only
+    all_threads: bool = True    # True: every thread; False: only the GIL holder
+    upload_interval_s: int = 10
+
+
+def profile_settings(env: Mapping[str, str], app_name: str, tags: Mapping[str, str]) -> ProfileSettings | None:
+    """Settings from the environment; None when profiling is off. ConfigError on bad values."""
+    server = env.get("OTELGPU_PYROSCOPE_URL", "").strip()
+    if not server or env.get("OTELGPU_PROFILE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    if not server.startswith(("http://", "https://")):
+        raise ConfigError(f"OTELGPU_PYROSCOPE_URL={server!r}: expected a URL starting with http:// or https://")
+    mode = env.get("OTELGPU_PROFILE_MODE", "wall")
+    if mode not in ("wall", "cpu"):
+        raise ConfigError(f"OTELGPU_PROFILE_MODE={mode!r}: expected wall or cpu")
+    threads = env.get("OTELGPU_PROFILE_THREADS", "all")
+    if threads not in ("all", "gil"):
+        raise ConfigError(f"OTELGPU_PROFILE_THREADS={threads!r}: expected all or gil")
+    rate = _int(env, "OTELGPU_PROFILE_RATE", 100, 1, 1000)
+    upload = _int(env, "OTELGPU_PROFILE_UPLOAD_S", 10, 1, 3600)
+    return ProfileSettings(server.rstrip("/"), app_name, dict(tags), rate, mode == "wall", threads == "all", upload)
+
+
+def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r}: expected an integer") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{name}={raw!r}: expected {lo}..{hi}")
+    return value
+
+
+def pyroscope_tags(attrs: Mapping[str, str]) -> dict[str, str]:
+    """Our attribute keys -> Pyroscope label names (no dots allowed there)."""
+    rename = {"otelgpu.job": "job", "host.name": "node", "otelgpu.rank": "rank",
+              "otelgpu.local_rank": "local_rank", "otelgpu.world_size": "world_size"}
+    return {rename[k]: str(v) for k, v in attrs.items() if k in rename and v not in (None, "")}
+
+
+class Profiler:
+    """A running pyroscope-io agent; `phase_changed` retags the calling thread."""
+
+    def __init__(self, settings: ProfileSettings):
+        import pyroscope  # optional extra `profile`
+
+        self._pyroscope = pyroscope
+        self.settings = settings
+        ok = pyroscope.configure(
+            application_name=settings.app_name,
+            server_address=settings.server,
+            sample_rate=settings.sample_rate,
+            oncpu=not settings.wall,
+            gil_only=not settings.all_threads,
+            tags=settings.tags,
+            upload_interval=settings.upload_interval_s,
+            enable_logging=False,
+        )
+        if ok is False:
+            raise RuntimeError("pyroscope.configure() refused to start")
+        self.running = True
+
+    def phase_changed(self, old: str | None, new: str | None) -> None:
+        if not self.running:
+            return
+        if old is not None:
+            self._pyroscope.remove_thread_tag(PHASE_TAG, old)
+        if new is not None:
+            self._pyroscope.add_thread_tag(PHASE_TAG, new)
+
+    def shutdown(self) -> None:
+        """Stop sampling and push what is left (pyroscope-io returns at once when the server is down)."""
+        if self.running:
+            self.running = False
+            self._pyroscope.shutdown()
+
+
+def start(settings: ProfileSettings | None) -> Profiler | None:
+    """Start profiling, or return None (with one log line) when pyroscope-io is missing or refuses."""
+    if settings is None:
+        return None
+    try:
+        return Profiler(settings)
+    except ImportError:
+        log.warning("otel-gpu: pyroscope-io is not installed (pip install 'otel-gpu[profile]'): no profiling")
+    except Exception as exc:  # a profiler that cannot start must not stop the training
+        log.warning("otel-gpu: profiling not started: %r", exc)
+    return None

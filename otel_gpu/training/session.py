@@ -1,0 +1,186 @@
+"""One rank's telemetry session: the timer, its OTel instruments, the profiler.
+
+The process-wide session is created at the first hook call (so a launcher such as
+torchrun, which never trains, exports nothing), exports over OTLP as configured by the
+standard `OTEL_*` variables with the node agent's resource identity, and is shut down
+at exit with a short timeout so a dead backend never holds the process.
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import socket
+import threading
+from typing import Mapping
+
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricReader
+
+from .. import names, profiling
+from ..export import ConfigError, meter_provider, otlp_exporter, otlp_settings, periodic_reader
+from ..identity import point_attributes, rank_info, resource_attributes
+from .timing import Timer
+
+log = logging.getLogger("otel_gpu.training")
+
+TRAINING_SPECS = (names.TRAIN_STEP_DURATION, names.TRAIN_STEPS, names.TRAIN_SAMPLES, names.TRAIN_TOKENS,
+                  names.TRAIN_PHASE_TIME, names.TRAIN_CHECKPOINTS)
+names.register(*TRAINING_SPECS)
+EXIT_TIMEOUT_S = 3.0   # longest the final flush may hold the exit of a rank
+
+
+def rank_attributes(env: Mapping[str, str], host: str | None = None) -> dict[str, str]:
+    """Point attributes of one rank: node, job, rank, local rank, world size (0/0/1 when not set)."""
+    attrs = point_attributes(resource_attributes(env, host=host))
+    attrs.update({names.RANK: "0", names.LOCAL_RANK: "0", names.WORLD_SIZE: "1"})
+    attrs.update(rank_info(env))
+    return attrs
+
+
+class OtelSink:
+    """Timer measurements -> OTel instruments (attribute dicts built once)."""
+
+    def __init__(self, meter, attrs: Mapping[str, str]):
+        self.attrs = dict(attrs)
+        self._duration = meter.create_histogram(names.TRAIN_STEP_DURATION.name, unit="s",
+                                                description=names.TRAIN_STEP_DURATION.description)
+        self._steps = meter.create_counter(names.TRAIN_STEPS.name, unit="{step}", description=names.TRAIN_STEPS.description)
+        self._samples = meter.create_counter(names.TRAIN_SAMPLES.name, unit="{sample}", description=names.TRAIN_SAMPLES.description)
+        self._tokens = meter.create_counter(names.TRAIN_TOKENS.name, unit="{token}", description=names.TRAIN_TOKENS.description)
+        self._phase = meter.create_counter(names.TRAIN_PHASE_TIME.name, unit="s", description=names.TRAIN_PHASE_TIME.description)
+        self._ckpt = meter.create_counter(names.TRAIN_CHECKPOINTS.name, unit="{event}", description=names.TRAIN_CHECKPOINTS.description)
+        self._phase_attrs: dict[str, dict[str, str]] = {}
+        self._ckpt_attrs = {e: {**self.attrs, names.CHECKPOINT_EVENT: e} for e in ("start", "end")}
+
+    def step(self, seconds, samples, tokens):
+        self._duration.record(seconds, self.attrs)
+        self._steps.add(1, self.attrs)
+        if samples:
+            self._samples.add(samples, self.attrs)
+        if tokens:
+            self._tokens.add(tokens, self.attrs)
+
+    def phase(self, name, seconds):
+        attrs = self._phase_attrs.get(name)
+        if attrs is None:
+            attrs = self._phase_attrs[name] = {**self.attrs, names.PHASE: name}
+        self._phase.add(seconds, attrs)
+
+    def checkpoint(self, event):
+        self._ckpt.add(1, self._ckpt_attrs[event])
+
+
+class ForkGuard(MetricExporter):
+    """Drops exports made in a forked child (DataLoader workers inherit the parent's reader)."""
+
+    def __init__(self, inner: MetricExporter):
+        super().__init__(preferred_temporality=inner._preferred_temporality,
+                         preferred_aggregation=inner._preferred_aggregation)
+        self.inner = inner
+        self.pid = os.getpid()
+
+    def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs):
+        if os.getpid() != self.pid:
+            return MetricExportResult.SUCCESS
+        return self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return os.getpid() != self.pid or self.inner.force_flush(timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+        if os.getpid() == self.pid:
+            self.inner.shutdown(timeout_millis=timeout_millis)
+
+
+class Session:
+    """Timer + MeterProvider + optional Profiler for this process."""
+
+    def __init__(self, env: Mapping[str, str], readers: list[MetricReader] | None = None,
+                 profile: bool = True, host: str | None = None):
+        host = host or socket.gethostname()
+        self.attrs = rank_attributes(env, host)
+        self.exporter = None
+        if readers is None:
+            readers = []
+            settings = otlp_settings(env, default_interval_s=10.0)
+            if settings.endpoint:
+                self.exporter = otlp_exporter(settings)
+                readers.append(periodic_reader(ForkGuard(self.exporter), settings))
+        resource = resource_attributes(env, host=host)
+        resource.setdefault("service.name", "otel-gpu-training")
+        self.provider = meter_provider(resource, readers, TRAINING_SPECS)
+        self.sink = OtelSink(self.provider.get_meter("otel_gpu.training"), self.attrs)
+        self.profiler = None
+        if profile:
+            job = self.attrs.get(names.JOB)
+            app = env.get("OTEL_SERVICE_NAME") or (f"otelgpu.{job}" if job else "otelgpu.train")
+            self.profiler = profiling.start(profiling.profile_settings(env, app, profiling.pyroscope_tags(self.attrs)))
+        self.timer = Timer(self.sink, listener=self.profiler)
+        self._closed = False
+
+    def shutdown(self, timeout_s: float = EXIT_TIMEOUT_S) -> None:
+        """Close open phases, stop the profiler, flush metrics (bounded by `timeout_s`)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.profiler is not None:
+            self.profiler.shutdown()
+        self.provider.shutdown(timeout_millis=timeout_s * 1000)
+
+
+_lock = threading.Lock()
+_session: Session | None = None
+_forked = False      # this process is a fork of one that had a session: no profiler here
+_disabled = False
+
+
+def current(env: Mapping[str, str] | None = None) -> Session | None:
+    """The process's session, created on first use; None when turned off (`OTELGPU_TRAINING=0`)."""
+    global _session, _disabled
+    if _session is not None or _disabled:
+        return _session
+    with _lock:
+        if _session is not None or _disabled:
+            return _session
+        env = os.environ if env is None else env
+        if env.get("OTELGPU_TRAINING", "1").strip().lower() in ("0", "false", "no", "off"):
+            _disabled = True
+            return None
+        try:
+            _session = Session(env, profile=not _forked)
+        except ConfigError as exc:
+            _disabled = True
+            log.warning("otel-gpu training telemetry off: %s", exc)
+            return None
+        except Exception as exc:  # telemetry that cannot start must not stop the training
+            _disabled = True
+            log.warning("otel-gpu training telemetry off: %r", exc)
+            return None
+        atexit.register(_shutdown_at_exit)
+        return _session
+
+
+def timer() -> Timer | None:
+    s = current()
+    return s.timer if s is not None else None
+
+
+def _shutdown_at_exit() -> None:
+    s = _session
+    if s is not None and os.getpid() == _pid_of_session:
+        s.shutdown()
+
+
+_pid_of_session = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    global _session, _forked, _pid_of_session
+    if _session is not None:
+        _forked = True
+    _session = None
+    _pid_of_session = os.getpid()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
