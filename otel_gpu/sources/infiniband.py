@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass, field
 
 from .. import names
 from ..readings import Reading, SourceError
@@ -75,6 +76,20 @@ def pick(values: list[int | None]) -> int | None:
 
 
 # ---- the source ----------------------------------------------------------------------
+@dataclass
+class _Plan:
+    """Which files to read for one port, found once (each counter read may be a MAD query
+    to the HCA, so files that are missing, N/A or redundant are not read again)."""
+
+    pdir: str
+    traffic: dict[str, list[str]]  # quantity -> existing candidate files, 64-bit first
+    chosen: dict[str, str] = field(default_factory=dict)  # quantity -> the file in use
+    errors: dict[str, str] = field(default_factory=dict)  # error type -> file
+    link_layer: str | None = None
+    dead: set[str] = field(default_factory=set)  # files that read "N/A (no PMA)"
+    stale: bool = False
+
+
 class InfinibandSource:
     """Per-port data bytes, packets, error counters, link rate and up/down."""
 
@@ -87,6 +102,7 @@ class InfinibandSource:
         self.wraps = 0
         self.resets = 0
         self._counters = CounterState()
+        self._plans: dict[tuple[str, str], _Plan] = {}
         self._ports: list[dict] = []
         self._unreadable: dict[str, str] = {}
         self._no_pma: set[str] = set()
@@ -95,8 +111,8 @@ class InfinibandSource:
     def _read(self, path: str) -> str | None:
         """File text, or None when absent. Other failures are noted as partial errors."""
         try:
-            with open(path) as f:
-                return f.read()
+            with open(path, "rb", buffering=0) as f:
+                return f.read().decode("ascii", "replace")
         except FileNotFoundError:
             return None
         except OSError as e:
@@ -104,13 +120,16 @@ class InfinibandSource:
             self._unreadable[path] = e.strerror or str(e)
             return None
 
-    def _counter(self, path: str) -> int | None:
+    def _counter(self, plan: _Plan, rel: str) -> int | None:
+        path = os.path.join(plan.pdir, rel)
         text = self._read(path)
         if text is None:
+            plan.stale = True  # gone or failing: look at the port afresh next time
             return None
         value = parse_counter(text)
         if value is None:
             self._no_pma.add(f"{path}: {text.strip()}")
+            plan.dead.add(rel)
         elif value == MOD32 - 1:
             self._saturated.add(path)
         return value
@@ -131,8 +150,25 @@ class InfinibandSource:
                 continue  # device removed, or no ports folder
         return out
 
-    def _total(self, key: tuple, raw: int, basic_only: bool) -> int:
-        total, status = self._counters.update(key, raw, MOD32 if basic_only else None)
+    def _plan(self, dev: str, port: str) -> _Plan | None:
+        pdir = os.path.join(self.base, dev, "ports", port)
+        present = set()
+        for sub in ("counters", "counters_ext"):
+            try:
+                present |= {f"{sub}/{name}" for name in os.listdir(os.path.join(pdir, sub))}
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                self._unreadable[os.path.join(pdir, sub)] = e.strerror or str(e)
+        if not present and not os.path.isdir(pdir):
+            return None  # the port went away while we listed it
+        plan = _Plan(pdir, {q: [f for f in files if f in present] for q, (_s, _d, files) in _TRAFFIC.items()})
+        plan.errors = {e: f"counters/{e}" for e in ERROR_COUNTERS if f"counters/{e}" in present}
+        plan.link_layer = (self._read(os.path.join(pdir, "link_layer")) or "").strip() or None
+        return plan
+
+    def _total(self, key: tuple, raw: int, modulus: int | None) -> int:
+        total, status = self._counters.update(key, raw, modulus)
         if status == "wrap":
             self.wraps += 1
         elif status == "reset":
@@ -140,47 +176,66 @@ class InfinibandSource:
             self.partial_errors += 1
         return total
 
+    def _traffic(self, plan: _Plan, quantity: str) -> tuple[int, str] | None:
+        """(raw value, file used) of one quantity; settles on one file once the choice is clear."""
+        chosen = plan.chosen.get(quantity)
+        candidates = [chosen] if chosen else [f for f in plan.traffic[quantity] if f not in plan.dead]
+        raws = [self._counter(plan, f) for f in candidates]
+        raw = pick(raws)
+        if raw is None:
+            return None
+        used = candidates[raws.index(raw)]
+        if not chosen and (len(candidates) == 1 or raw > 0):
+            plan.chosen[quantity] = used
+        return raw, used
+
     def read(self) -> list[Reading]:
         out: list[Reading] = []
         seen = []
         for dev, port in self.ports():
-            pdir = os.path.join(self.base, dev, "ports", port)
+            plan = self._plans.get((dev, port))
+            if plan is None or plan.stale:
+                plan = self._plan(dev, port)
+                if plan is None:
+                    continue
+                self._plans[(dev, port)] = plan
             attrs = {names.HW_ID: f"{dev}/{port}", names.HW_TYPE: "network",
                      names.IB_DEVICE: dev, names.IB_PORT: port}
-            info = {"device": dev, "port": port}
-            state_text = self._read(os.path.join(pdir, "state"))
-            if state_text is None and not os.path.isdir(pdir):
-                continue  # the port went away while we listed it
+            info = {"device": dev, "port": port, "link_layer": plan.link_layer}
+            state_text = self._read(os.path.join(plan.pdir, "state"))
             state = parse_state(state_text) if state_text else None
             if state is not None:
                 out.append(Reading(names.IB_UP, 1.0 if state[1] == "ACTIVE" else 0.0, attrs))
                 info["state"] = state_text.strip()
-            rate_text = self._read(os.path.join(pdir, "rate"))
+            rate_text = self._read(os.path.join(plan.pdir, "rate"))
             rate = parse_rate(rate_text) if rate_text else None
             if rate is not None:
                 out.append(Reading(names.NET_LIMIT, rate, attrs))
                 info["rate"] = rate_text.strip()
-            info["link_layer"] = (self._read(os.path.join(pdir, "link_layer")) or "").strip() or None
             used = []
-            for quantity, (spec, direction, files) in _TRAFFIC.items():
-                raws = [self._counter(os.path.join(pdir, f)) for f in files]
-                raw = pick(raws)
-                if raw is None:
+            for quantity, (spec, direction, _files) in _TRAFFIC.items():
+                got = self._traffic(plan, quantity)
+                if got is None:
                     continue
-                basic_only = raws[0] is None or raws[0] < raw
-                used.append(files[1] if basic_only else files[0])
-                total = self._total((dev, port, quantity), raw, basic_only)
+                raw, f = got
+                used.append(f)
+                total = self._total((dev, port, quantity), raw, MOD32 if f.startswith("counters/") else None)
                 scale = WORD if spec is names.IB_IO else 1
                 out.append(Reading(spec, float(total * scale), {**attrs, names.DIRECTION: direction}))
-            for err in ERROR_COUNTERS:
-                raw = self._counter(os.path.join(pdir, "counters", err))
-                if raw is not None:
-                    total = self._total((dev, port, err), raw, False)
-                    out.append(Reading(names.IB_ERRORS, float(total), {**attrs, names.ERROR_TYPE: err}))
-                    used.append("counters/" + err)
+            for err, f in list(plan.errors.items()):
+                raw = self._counter(plan, f)
+                if raw is None:
+                    plan.errors.pop(err)
+                    continue
+                total = self._total((dev, port, err), raw, None)
+                out.append(Reading(names.IB_ERRORS, float(total), {**attrs, names.ERROR_TYPE: err}))
+                used.append(f)
             info["counters"] = used
             seen.append(info)
         self._ports = seen
+        present = {(i["device"], i["port"]) for i in seen}
+        for gone in set(self._plans) - present:
+            del self._plans[gone]
         return out
 
     def describe(self) -> dict:

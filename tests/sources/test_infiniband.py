@@ -87,6 +87,9 @@ def test_matches_node_exporter(sample):
     assert [(x["device"], x["port"]) for x in d["ports"]] == [("i40iw0", "1"), ("mlx4_0", "1"), ("mlx4_0", "2")]
     assert d["ports"][1]["rate"] == "40 Gb/sec (4X QDR)"
     assert any("i40iw0/ports/1/counters/port_rcv_data: N/A (no PMA)" in u for u in d["unreadable"])
+    # 64-bit data counters; basic packet counters where mlx4's 64-bit ones stay 0
+    assert d["ports"][1]["counters"][:4] == ["counters_ext/port_xmit_data_64", "counters_ext/port_rcv_data_64",
+                                             "counters/port_xmit_packets", "counters/port_rcv_packets"]
     assert d["saturated"] == []  # port_xmit_wait is saturated there, but it is not read
 
 
@@ -176,3 +179,17 @@ def test_read_is_cheap(sample):
     elapsed = time.perf_counter() - start
     print(f"infiniband read (3 ports): {elapsed * 1e3:.2f} ms")
     assert elapsed < 0.020
+
+
+def test_choice_settles_after_idle_start_and_survives_file_loss(tmp_path):
+    sys_root = _port(tmp_path, {"port_rcv_data": 0}, ext={"port_rcv_data_64": 0})
+    src = InfinibandSource(sys_root)
+    assert one(src.read(), names.IB_IO) == 0  # both 0: undecided, both read again next time
+    _port(tmp_path, {"port_rcv_data": 100}, ext={"port_rcv_data_64": 100})
+    assert one(src.read(), names.IB_IO) == 400
+    assert src.describe()["ports"][0]["counters"] == ["counters_ext/port_rcv_data_64"]
+    (tmp_path / "sys/class/infiniband/mlx5_0/ports/1/counters_ext/port_rcv_data_64").unlink()
+    assert not values(src.read(), names.IB_IO)  # the chosen file vanished: looked at afresh next read
+    _port(tmp_path, {"port_rcv_data": 150})
+    assert one(src.read(), names.IB_IO) == 600
+    assert src.partial_errors == 0
