@@ -70,11 +70,13 @@ class FakeGpu:
     processes: tuple[FakeProcess, ...] = ()
     mig_devices: tuple[FakeMig, ...] = ()
     not_supported: frozenset[str] = frozenset()   # NVML function names answering NOT_SUPPORTED
+    missing_functions: frozenset[str] = frozenset()  # ... answering FUNCTION_NOT_FOUND (older driver)
     lost_after_reads: int | None = None           # reads that work before GPU_IS_LOST
     uuid: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "not_supported", frozenset(self.not_supported))
+        object.__setattr__(self, "missing_functions", frozenset(self.missing_functions))
 
 
 def hopper(**kw) -> FakeGpu:
@@ -185,6 +187,8 @@ class FakeNvml:
             root.xids.append(79)   # "GPU has fallen off the bus"
         if root.lost:
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if fn in h.spec.missing_functions:
+            raise _err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         if fn in h.spec.not_supported:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return h
@@ -318,20 +322,25 @@ class FakeNvml:
             return s.mem_clock_mhz
         return s.sm_clock_mhz[1] if self._util(h) > 0.05 else s.sm_clock_mhz[0]
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
-        s = self._enter("nvmlDeviceGetCurrentClocksEventReasons", h).spec
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h, _fn="nvmlDeviceGetCurrentClocksEventReasons"):
+        s = self._enter(_fn, h).spec
         if s.clock_event_reasons is not None:
             return s.clock_event_reasons
         if self._util(h) <= 0.05:
             return pynvml.nvmlClocksEventReasonGpuIdle
         return pynvml.nvmlClocksEventReasonSwPowerCap if self._power_w(h) > 0.97 * s.power_limit_w else 0
 
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h):
+        return self.nvmlDeviceGetCurrentClocksEventReasons(h, "nvmlDeviceGetCurrentClocksThrottleReasons")
+
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
         s = self._enter("nvmlDeviceGetTotalEccErrors", h, error_type, counter_type).spec
         return s.ecc_errors[0 if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else 1]
 
     def nvmlDeviceGetPcieThroughput(self, h, counter):
-        s = self._whole_gpu("nvmlDeviceGetPcieThroughput", h, counter).spec
+        s = self._enter("nvmlDeviceGetPcieThroughput", h, counter).spec
+        if h.mig is not None:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
         tx = counter == pynvml.NVML_PCIE_UTIL_TX_BYTES
         if s.pcie_kbps is not None:
             return int(s.pcie_kbps[0 if tx else 1])

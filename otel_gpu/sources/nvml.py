@@ -9,7 +9,6 @@ is marked failed (`hw.status`) and no longer read; the other GPUs keep reporting
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import time
@@ -24,7 +23,11 @@ from .procenv import rank_of
 
 KIB = 1024
 _SKIP = object()
-_MAX_EVENTS_PER_READ = 256
+FIELDS = ("utilization", "memory", "power", "power_limit", "energy", "temperature", "clock_sm", "clock_memory",
+          "clock_events", "ecc_corrected", "ecc_uncorrected", "pcie_transmit", "pcie_receive", "nvlink",
+          "processes", "xid", "mig")  # metric groups, as describe() names them
+_CLOCK_FNS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
+_VALUE_FIELD = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}  # by valueType
 
 # NVML clock-event (throttle) reason bits -> snake_case reason names.
 CLOCK_REASONS = {
@@ -60,14 +63,6 @@ def _text(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _handle_key(handle):
-    """A hashable identity for a device handle (ctypes pointer address, else the object)."""
-    try:
-        return ctypes.cast(handle, ctypes.c_void_p).value
-    except (TypeError, ctypes.ArgumentError):
-        return id(handle)
-
-
 class _DeviceLost(Exception):
     pass
 
@@ -86,8 +81,8 @@ class _Device:
         self.nvlink = False
         self.gpm: gpm_mod.GpmDevice | None = None
         self.gpm_status = "not probed"
+        self.clock_fn = _CLOCK_FNS[0]
         self.xid: dict[int, int] = {}
-        self.xid_registered = False
         self.pcie: dict[str, list[float]] = {}   # direction -> [bytes total, last KB/s, last t]
         self.attrs = {N.HW_ID: uuid, N.HW_NAME: name, N.HW_VENDOR: "nvidia", N.HW_TYPE: "gpu",
                       N.GPU_INDEX: str(index)}
@@ -128,11 +123,8 @@ class NvmlSource:
             self.close()
             raise SourceError("NVML found no NVIDIA GPU: GPU metrics are off")
         self.devices = [self._open(i) for i in range(count)]
-        self._by_handle = {_handle_key(d.handle): d for d in self.devices if d.handle is not None}
-        self._events = None
-        self._clock_fn = ("nvmlDeviceGetCurrentClocksEventReasons"
-                          if hasattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons")
-                          else "nvmlDeviceGetCurrentClocksThrottleReasons")
+        self._by_handle = {E.handle_key(d.handle): d for d in self.devices if d.handle is not None}
+        self._xid = E.XidEvents(nvml)
 
     def _open(self, i: int) -> _Device:
         nvml = self._nvml
@@ -175,7 +167,12 @@ class NvmlSource:
         now = self._clock()
         out: list[Reading] = []
         pids: set[int] = set()
-        self._drain_events()
+        failed_waits = self._xid.errors
+        for key, code in self._xid.drain():
+            dev = self._by_handle.get(key)
+            if dev is not None:
+                dev.xid[code] = dev.xid.get(code, 0) + 1
+        self.partial_errors += self._xid.errors - failed_waits
         for dev in self.devices:
             if not dev.failed:
                 try:
@@ -217,7 +214,12 @@ class NvmlSource:
         dev.nvlink = bool(links and links[0])
         if not dev.nvlink:
             dev.unsupported.setdefault("nvlink", "no NVLink")
-        self._register_xid(dev)
+        try:
+            reason = self._xid.register(dev.handle)
+        except pynvml.NVMLError as err:
+            raise _DeviceLost(E.describe_error(err)) from None
+        if reason:
+            dev.unsupported["xid"] = reason
         if not self._gpm_on:
             dev.gpm_status = "off (gpm=False)"
         elif enabled:
@@ -247,38 +249,6 @@ class NvmlSource:
                 continue  # NOT_FOUND: no MIG device in this slot
             dev.migs.append(mig)
 
-    def _register_xid(self, dev: _Device) -> None:
-        nvml = self._nvml
-        bit = nvml.nvmlEventTypeXidCriticalError
-        types = self._call(dev, "xid", "nvmlDeviceGetSupportedEventTypes", dev.handle)
-        if types is _SKIP or not types & bit:
-            dev.unsupported.setdefault("xid", "XID events not supported")
-            return
-        if self._events is None:
-            self._events = self._call(dev, "xid", "nvmlEventSetCreate")
-            if self._events is _SKIP:
-                self._events = None
-                return
-        if self._call(dev, "xid", "nvmlDeviceRegisterEvents", dev.handle, bit, self._events) is not _SKIP:
-            dev.xid_registered = True
-
-    def _drain_events(self) -> None:
-        """Count XID critical errors waiting in the event set (never blocks: timeout 0)."""
-        if self._events is None:
-            return
-        nvml = self._nvml
-        for _ in range(_MAX_EVENTS_PER_READ):
-            try:
-                data = nvml.nvmlEventSetWait(self._events, 0)
-            except pynvml.NVMLError as err:
-                if E.code_of(err) != pynvml.NVML_ERROR_TIMEOUT:
-                    self.partial_errors += 1
-                return
-            if data.eventType & nvml.nvmlEventTypeXidCriticalError:
-                dev = self._by_handle.get(_handle_key(data.device))
-                if dev is not None:
-                    dev.xid[int(data.eventData)] = dev.xid.get(int(data.eventData), 0) + 1
-
     # ---- reading one device ----------------------------------------------------
     def _read_device(self, dev: _Device, now: float, pids: set[int]) -> list[Reading]:
         nvml, a, out = self._nvml, dev.attrs, []
@@ -306,7 +276,7 @@ class NvmlSource:
             c = self._call(dev, f"clock_{domain}", "nvmlDeviceGetClockInfo", h, clock)
             if c is not _SKIP:
                 add(Reading(N.GPU_CLOCK, c * 1e6, {**a, N.CLOCK_DOMAIN: domain}))  # MHz -> Hz
-        mask = self._call(dev, "clock_events", self._clock_fn, h)
+        mask = self._clock_events(dev)
         if mask is not _SKIP:
             for reason, active in clock_reason_values(int(mask)).items():
                 add(Reading(N.GPU_CLOCK_EVENT, active, {**a, N.CLOCK_REASON: reason}))
@@ -322,6 +292,16 @@ class NvmlSource:
         if dev.gpm is not None:
             out.extend(self._gpm(dev, now))
         return out
+
+    def _clock_events(self, dev: _Device):
+        """The clock-event reason mask; drivers older than the 'EventReasons' name get the 'Throttle' one."""
+        mask = self._call(dev, "clock_events", dev.clock_fn, dev.handle)
+        reason = dev.unsupported.get("clock_events", "")
+        if mask is _SKIP and dev.clock_fn == _CLOCK_FNS[0] and reason.startswith(("Function Not Found", _CLOCK_FNS[0])):
+            del dev.unsupported["clock_events"]
+            dev.clock_fn = _CLOCK_FNS[1]
+            mask = self._call(dev, "clock_events", dev.clock_fn, dev.handle)
+        return mask
 
     def _memory(self, dev: _Device) -> list[Reading]:
         m = self._call(dev, "memory", "nvmlDeviceGetMemoryInfo", dev.handle)
@@ -368,8 +348,7 @@ class NvmlSource:
             if v.nvmlReturn != pynvml.NVML_SUCCESS:
                 dev.unsupported[field] = E.describe_error(pynvml.NVMLError(v.nvmlReturn))
                 return None
-            attr = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
-            out.append(float(getattr(v.value, attr.get(v.valueType, "ullVal"))))
+            out.append(float(getattr(v.value, _VALUE_FIELD.get(v.valueType, "ullVal"))))
         return out
 
     def _nvlink(self, dev: _Device) -> list[Reading]:
@@ -446,6 +425,7 @@ class NvmlSource:
                 "nvlink": d.nvlink,
                 "gpm": d.gpm_status,
                 "gpm_unsupported_metrics": sorted(d.gpm.unsupported) if d.gpm else [],
+                "supported": [f for f in FIELDS if f not in d.unsupported] if d.probed else [],
                 "unsupported": dict(sorted(d.unsupported.items())),
                 "errors": dict(sorted(d.errors.items())),
                 "xid_events": dict(sorted(d.xid.items())),
@@ -463,8 +443,8 @@ class NvmlSource:
                 d.gpm.close()
                 d.gpm = None
         try:
-            if getattr(self, "_events", None) is not None:
-                self._nvml.nvmlEventSetFree(self._events)
+            if hasattr(self, "_xid"):
+                self._xid.close()
             self._nvml.nvmlShutdown()
         except pynvml.NVMLError:
             self.partial_errors += 1

@@ -1,9 +1,11 @@
-"""NVML error codes mapped once to what the GPU sources do about them.
+"""NVML error codes mapped once to what the GPU sources do about them, and XID error events.
 
 Works on the numeric code (`err.value`) so it holds for the real `pynvml`
 exception classes and for anything else carrying an NVML return code.
 """
 from __future__ import annotations
+
+import ctypes
 
 import pynvml
 
@@ -65,3 +67,65 @@ def init_error_line(err: BaseException) -> str:
     if what is None:
         what = f"NVML could not start ({describe_error(err)})"
     return f"{what}: GPU metrics are off"
+
+
+def handle_key(handle):
+    """A hashable identity for a device handle (the ctypes pointer's address, else the object's id)."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (TypeError, ctypes.ArgumentError):
+        return id(handle)
+
+
+class XidEvents:
+    """XID critical errors through one NVML event set, polled without blocking.
+
+    `register()` answers None when the device's XIDs will be seen, else the reason;
+    an error meaning the GPU is lost propagates. `drain()` returns the waiting events
+    as (handle_key, xid code) pairs; `errors` counts failed waits.
+    """
+
+    MAX_PER_DRAIN = 256
+
+    def __init__(self, nvml):
+        self._nvml = nvml
+        self._set = None
+        self.errors = 0
+
+    def register(self, handle) -> str | None:
+        nvml = self._nvml
+        bit = nvml.nvmlEventTypeXidCriticalError
+        try:
+            if not nvml.nvmlDeviceGetSupportedEventTypes(handle) & bit:
+                return "XID events not supported"
+            if self._set is None:
+                self._set = nvml.nvmlEventSetCreate()
+            nvml.nvmlDeviceRegisterEvents(handle, bit, self._set)
+        except pynvml.NVMLError as err:
+            if classify(err) == LOST:
+                raise
+            return describe_error(err)
+        except AttributeError as err:   # a binding without the event API
+            return str(err)
+        return None
+
+    def drain(self) -> list[tuple[object, int]]:
+        """Events waiting now (NVML timeout 0 ms), at most MAX_PER_DRAIN."""
+        if self._set is None:
+            return []
+        nvml, out = self._nvml, []
+        for _ in range(self.MAX_PER_DRAIN):
+            try:
+                data = nvml.nvmlEventSetWait(self._set, 0)
+            except pynvml.NVMLError as err:
+                if code_of(err) != pynvml.NVML_ERROR_TIMEOUT:
+                    self.errors += 1
+                break
+            if data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                out.append((handle_key(data.device), int(data.eventData)))
+        return out
+
+    def close(self) -> None:
+        if self._set is not None:
+            self._nvml.nvmlEventSetFree(self._set)
+            self._set = None

@@ -264,3 +264,30 @@ def test_read_of_8_fake_gpus_is_cheap():
         src.read()
         times.append(time.perf_counter() - t0)
     assert statistics.median(times) < 0.05, f"median read {statistics.median(times) * 1e3:.1f} ms"
+
+
+def test_driver_without_clock_event_reasons_falls_back_to_throttle_reasons():
+    fake = FakeNvml(gpus=[hopper(load=0.0, missing_functions={"nvmlDeviceGetCurrentClocksEventReasons"})])
+    src = NvmlSource(nvml=fake)
+    for _ in range(3):
+        readings = src.read()
+    assert select(readings, N.GPU_CLOCK_EVENT.name, otelgpu__clock_event__reason="gpu_idle")[0].value == 1
+    assert fake.calls[("nvmlDeviceGetCurrentClocksEventReasons", 0)] == 1
+    assert fake.calls[("nvmlDeviceGetCurrentClocksThrottleReasons", 0)] == 3
+    assert "clock_events" in src.describe()["gpus"][0]["supported"]
+
+
+def test_transient_error_is_counted_and_retried():
+    class FlakyPower(FakeNvml):
+        fail = 1
+
+        def nvmlDeviceGetPowerUsage(self, h):
+            if self.fail:
+                self.fail -= 1
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
+            return super().nvmlDeviceGetPowerUsage(h)
+
+    src = NvmlSource(nvml=FlakyPower(gpus=[hopper()]))
+    assert not select(src.read(), N.GPU_POWER.name) and src.partial_errors == 1
+    assert src.describe()["gpus"][0]["errors"] == {"power": "Timeout"}
+    assert select(src.read(), N.GPU_POWER.name) and src.partial_errors == 1
