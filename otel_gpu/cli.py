@@ -15,6 +15,8 @@ def _subcommands():
     """(module, register-function) pairs; imported lazily so one broken extra never breaks the rest."""
     from . import agent_cli
     yield agent_cli.register
+    from .trace import cli as trace_cli
+    yield trace_cli.register
 
 
 def build_parser() -> argparse.ArgumentParser:

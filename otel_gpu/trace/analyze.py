@@ -1,0 +1,86 @@
+"""Run every analysis over a trace set and collect one result document (plain dicts/lists)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import breakdown, idle, launch
+from .findings import Thresholds, find_antipatterns, thresholds_dict
+from .model import TraceSet
+from .steps import cross_rank_summary
+
+
+@dataclass
+class Options:
+    """Analysis knobs; defaults are HTA 0.5.0's (times in us)."""
+
+    num_kernels: int = 10
+    duration_ratio: float = 0.8
+    include_memory_kernels: bool = True
+    consecutive_kernel_delay: float = 30
+    runtime_cutoff: float = 50
+    launch_delay_cutoff: float = 100
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+
+def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
+    """All analyses of ``ts``; launch pairs are kept under ``_launch_pairs`` (arrays, for CSV)."""
+    opts = opts or Options()
+    views = list(ts.ranks.values())
+    notes = list(ts.notes)
+    temporal = {v.rank: breakdown.temporal_breakdown(v) for v in views}
+    types, kernels = breakdown.kernel_breakdown(views, opts.num_kernels, opts.duration_ratio,
+                                                opts.include_memory_kernels)
+    idle_rows: list[dict] = []
+    idle_stats: list[dict] = []
+    for v in views:
+        b, s = idle.idle_time_breakdown(v, opts.consecutive_kernel_delay)
+        idle_rows += b
+        idle_stats += s
+    overlap = [breakdown.comm_comp_overlap(v) for v in views]
+    pairs = {v.rank: launch.launch_pairs(v) for v in views}
+    launch_rows = [{"rank": r, **launch.launch_summary(p, opts.runtime_cutoff, opts.launch_delay_cutoff)}
+                   for r, p in pairs.items()]
+    if not any(p["correlation"].size for p in pairs.values()) and any(temporal.values()):
+        notes.append("no cudaLaunchKernel/cudaMemcpyAsync/cudaMemsetAsync calls matched to GPU events: "
+                     "launch statistics are empty (HTA does not pair hipLaunchKernel either)")
+    if not any(temporal.values()):
+        notes.append("no GPU kernels in any rank: temporal, kernel, idle, overlap and launch analyses "
+                     "have nothing to measure (HTA 0.5.0 fails here); CPU-side steps and findings follow")
+    cross = cross_rank_summary(views, [t for t in temporal.values() if t])
+    findings, checks = find_antipatterns(views, temporal, idle_rows, opts.thresholds)
+    return {
+        "trace_dir": ts.path,
+        "ranks": [v.rank for v in views],
+        "files": {str(v.rank): v.ev.path for v in views},
+        "notes": notes,
+        "last_step_excluded": ts.steps_filtered,
+        "temporal_breakdown": [t for t in temporal.values() if t],
+        "kernel_type_breakdown": types,
+        "kernel_breakdown": kernels,
+        "idle_time_breakdown": idle_rows,
+        "idle_interval_stats": idle_stats,
+        "comm_comp_overlap": overlap,
+        "launch_stats": launch_rows,
+        "cross_rank": cross,
+        "findings": findings,
+        "checks": checks,
+        "thresholds": thresholds_dict(opts.thresholds),
+        "_launch_pairs": pairs,
+    }
+
+
+def jsonable(doc: dict) -> dict:
+    """The document without private keys, NaN as None (strict JSON)."""
+    def clean(x):
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items() if not str(k).startswith("_")}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        if isinstance(x, (float, np.floating)):
+            return None if np.isnan(x) or np.isinf(x) else float(x)
+        if isinstance(x, np.integer):
+            return int(x)
+        return x
+    return clean(doc)

@@ -1,0 +1,230 @@
+"""Anti-pattern findings: what the trace shows, where, the time at stake (us) and the usual fix.
+
+Every check is evaluated per rank and reported in ``checks`` (measured value vs threshold,
+triggered or not); triggered ones become findings sorted by time at stake.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .breakdown import gpu_kernels, merge_intervals
+from .launch import launch_pairs
+from .model import COMMUNICATION, COMPUTATION, RankView
+from .steps import step_of, step_windows
+
+RUNTIME_SYNC = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                "hipStreamSynchronize", "hipDeviceSynchronize", "hipEventSynchronize")
+SCALAR_READ_OPS = ("aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero")
+ALLOC_CALLS = ("cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaHostAlloc",
+               "hipMalloc", "hipFree", "hipHostMalloc", "hipHostFree")
+OP_CATS = ("cpu_op", "Operator", "user_annotation")
+
+FIXES = {
+    "many_short_kernels": "Launch overhead dominates: fuse small ops (torch.compile, fused optimizers "
+                          "foreach/fused=True), capture the step in CUDA graphs, or raise the batch size.",
+    "too_many_syncs": "Each sync stalls the CPU until the GPU drains: remove .item()/.cpu()/print of "
+                      "tensors and nonzero/boolean-mask indexing from the step, log losses every N steps, "
+                      "keep control flow on device.",
+    "unhidden_nccl": "Communication is not overlapped with compute: enable overlap (DDP buckets, "
+                     "FSDP/ZeRO-3 overlap_comm and prefetch sizes), avoid syncs before collectives, and "
+                     "check for a straggler rank that the others wait for.",
+    "long_gpu_idle": "The GPU waits: if host wait dominates the CPU is the bottleneck (more DataLoader "
+                     "workers, pin_memory, CUDA graphs, torch.compile); otherwise look for syncs and "
+                     "cross-stream waits in the biggest gaps.",
+    "alloc_thrash": "Memory is allocated and freed through the driver every step: drop "
+                    "torch.cuda.empty_cache() from the loop, set PYTORCH_CUDA_ALLOC_CONF="
+                    "expandable_segments:True, keep tensor shapes static.",
+    "pageable_h2d": "Host-to-device copies from pageable memory are slow and block the host: "
+                    "DataLoader(pin_memory=True) or tensor.pin_memory(), then .to(device, non_blocking=True).",
+}
+TITLES = {
+    "many_short_kernels": "Many short GPU kernels (launch-bound)",
+    "too_many_syncs": "Too many GPU-to-CPU synchronizations",
+    "unhidden_nccl": "Long NCCL kernels not hidden behind computation",
+    "long_gpu_idle": "Long GPU idle time",
+    "alloc_thrash": "cudaMalloc/cudaFree thrash",
+    "pageable_h2d": "Pageable host-to-device copies",
+}
+
+
+@dataclass
+class Thresholds:
+    """When a check becomes a finding (us for times, % for shares)."""
+
+    short_kernel_share_pct: float = 30.0  # share of launches with gpu < cpu duration
+    short_kernel_min_count: int = 100
+    runtime_cutoff_us: float = 50.0
+    syncs_per_step: float = 2.0
+    nccl_exposed_pct: float = 10.0  # exposed comm time / kernel span
+    nccl_long_us: float = 1000.0  # a comm kernel with at least this much exposed time counts
+    idle_pct: float = 20.0
+    alloc_per_step: float = 1.0
+    alloc_min_count: int = 10
+    pageable_min_count: int = 1
+
+
+def _names_of(v: RankView, rows: np.ndarray, top: int = 5) -> list[list]:
+    return [[v.names[n], c] for n, c in Counter(v.ev.name[rows].tolist()).most_common(top)]
+
+
+def _op_by_external_id(v: RankView) -> dict[int, str]:
+    ev = v.ev
+    cats = v.symbol_ids(OP_CATS)
+    rows = np.flatnonzero(np.isin(ev.cat, cats) & (ev.external_id >= 0))
+    return {int(e): v.names[int(n)] for e, n in zip(ev.external_id[rows], ev.name[rows])}
+
+
+def _ops_of(v: RankView, rows: np.ndarray, ops: dict[int, str], top: int = 5) -> list[list]:
+    c = Counter(ops.get(int(e), "?") for e in v.ev.external_id[rows].tolist())
+    return [[k, n] for k, n in c.most_common(top)]
+
+
+def _steps_of(v: RankView, rows: np.ndarray, windows) -> list[int]:
+    steps = step_of((v.ev.ts[rows] - v.ts0).astype(np.float64), windows)
+    return sorted(set(steps[steps >= 0].tolist()))
+
+
+class _Checker:
+    def __init__(self, v: RankView, th: Thresholds):
+        self.v, self.th = v, th
+        self.windows = step_windows(v)
+        self.nsteps = max(1, len({w[0] for w in self.windows}))
+        self.ops = _op_by_external_id(v)
+        self.checks: list[dict] = []
+        self.findings: list[dict] = []
+
+    def report(self, pattern: str, indicator: str, value: float, threshold: float, triggered: bool,
+               where: dict | None = None, at_stake: float = 0.0) -> None:
+        self.checks.append({"pattern": pattern, "rank": self.v.rank, "indicator": indicator,
+                            "value": round(float(value), 3), "threshold": threshold, "triggered": bool(triggered)})
+        if triggered:
+            self.findings.append({"pattern": pattern, "title": TITLES[pattern], "rank": self.v.rank,
+                                  "indicator": {"name": indicator, "value": round(float(value), 3),
+                                                "threshold": threshold},
+                                  "where": where or {}, "time_at_stake_us": round(float(at_stake), 1),
+                                  "fix": FIXES[pattern]})
+
+    def rows_named(self, names, rows: np.ndarray | None = None) -> np.ndarray:
+        rows = self.v.rows if rows is None else rows
+        return rows[np.isin(self.v.ev.name[rows], self.v.symbol_ids(names))]
+
+    def short_kernels(self) -> None:
+        p = launch_pairs(self.v)
+        n = len(p["cpu_duration"])
+        short = (p["cpu_duration"] <= self.th.runtime_cutoff_us) & (p["gpu_duration"] < p["cpu_duration"])
+        share = 100.0 * short.sum() / n if n else 0.0
+        hit = n > 0 and short.sum() >= self.th.short_kernel_min_count and share >= self.th.short_kernel_share_pct
+        g = p["gpu_rows"][short]
+        where = {"kernels": _names_of(self.v, g), "ops": _ops_of(self.v, p["cpu_rows"][short], self.ops),
+                 "streams": sorted(set(self.v.ev.stream[g].tolist()))[:10],
+                 "steps": _steps_of(self.v, p["cpu_rows"][short], self.windows), "count": int(short.sum()),
+                 "launches": n}
+        at_stake = float((p["cpu_duration"][short] - p["gpu_duration"][short]).sum())
+        self.report("many_short_kernels", "short kernels, % of launches", share,
+                    self.th.short_kernel_share_pct, hit, where, at_stake)
+
+    def syncs(self) -> None:
+        rt = self.rows_named(RUNTIME_SYNC)
+        rows = rt if len(rt) else self.rows_named(SCALAR_READ_OPS)
+        per_step = len(rows) / self.nsteps
+        ops = _ops_of(self.v, rows, self.ops) if len(rt) else _names_of(self.v, rows)
+        where = {"ops": ops, "calls": _names_of(self.v, rows), "steps": _steps_of(self.v, rows, self.windows),
+                 "count": int(len(rows))}
+        self.report("too_many_syncs", "host syncs per step", per_step, self.th.syncs_per_step,
+                    per_step > self.th.syncs_per_step, where, float(self.v.ev.dur[rows].sum()))
+
+    def nccl(self, temporal: dict | None) -> None:
+        k = gpu_kernels(self.v)
+        comm = k["type"] == COMMUNICATION
+        if not comm.any() or not temporal:
+            self.report("unhidden_nccl", "exposed communication, % of GPU span", 0.0,
+                        self.th.nccl_exposed_pct, False)
+            return
+        cs, ce = merge_intervals(k["ts"][k["type"] == COMPUTATION], k["end"][k["type"] == COMPUTATION])
+        cover = np.r_[0.0, np.cumsum(ce - cs)]
+
+        def covered(t: np.ndarray) -> np.ndarray:  # computation time before t
+            j = np.searchsorted(cs, t, "right")
+            inside = np.where(j > 0, np.minimum(t, ce[np.maximum(j - 1, 0)]) - cs[np.maximum(j - 1, 0)], 0)
+            return cover[np.maximum(j - 1, 0)] * (j > 0) + np.maximum(inside, 0)
+        a, b = k["ts"][comm].astype(np.float64), k["end"][comm]
+        exposed = (b - a) - (covered(b) - covered(a)) if len(cs) else (b - a)
+        ms, me = merge_intervals(k["ts"][comm], k["end"][comm])
+        total_exposed = float((me - ms).sum()) - (
+            float((covered(me) - covered(ms.astype(np.float64))).sum()) if len(cs) else 0.0)
+        pct = 100.0 * total_exposed / temporal["kernel_time_us"] if temporal["kernel_time_us"] else 0.0
+        long_ = exposed >= self.th.nccl_long_us
+        rows = k["rows"][comm][long_]
+        where = {"kernels": _names_of(self.v, rows), "streams": sorted(set(self.v.ev.stream[rows].tolist())),
+                 "steps": _steps_of(self.v, rows, self.windows), "count": int(long_.sum()),
+                 "longest_exposed_us": float(exposed.max())}
+        self.report("unhidden_nccl", "exposed communication, % of GPU span", pct, self.th.nccl_exposed_pct,
+                    pct >= self.th.nccl_exposed_pct and long_.any(), where, float(exposed[long_].sum()))
+
+    def idle(self, temporal: dict | None, idle_rows: list[dict]) -> None:
+        if not temporal:
+            self.report("long_gpu_idle", "GPU idle, % of GPU span", 0.0, self.th.idle_pct, False)
+            return
+        k = gpu_kernels(self.v)
+        s, e = merge_intervals(k["ts"], k["end"])
+        gaps = s[1:] - e[:-1]
+        top = np.argsort(-gaps, kind="stable")[:5]
+        by_cat = Counter()
+        for r in idle_rows:
+            if r["rank"] == self.v.rank:
+                by_cat[r["idle_category"]] += r["idle_time"]
+        where = {"largest_gaps": [{"start_us": float(e[i]), "length_us": float(gaps[i]),
+                                   "step": int(step_of(np.array([float(e[i])]), self.windows)[0])}
+                                  for i in top if gaps[i] > 0],
+                 "idle_by_category_us": dict(by_cat.most_common())}
+        pct = temporal["idle_time_pctg"]
+        self.report("long_gpu_idle", "GPU idle, % of GPU span", pct, self.th.idle_pct, pct >= self.th.idle_pct,
+                    where, temporal["idle_time_us"])
+
+    def alloc(self) -> None:
+        rows = self.rows_named(ALLOC_CALLS)
+        steps = step_of((self.v.ev.ts[rows] - self.v.ts0).astype(np.float64), self.windows)
+        first = min((w[0] for w in self.windows), default=None)
+        later = rows[steps != first] if first is not None else rows
+        per_step = len(later) / max(1, self.nsteps - (1 if first is not None else 0))
+        hit = len(later) >= self.th.alloc_min_count and per_step > self.th.alloc_per_step
+        where = {"calls": _names_of(self.v, rows), "ops": _ops_of(self.v, rows, self.ops),
+                 "steps": _steps_of(self.v, rows, self.windows), "count": int(len(rows))}
+        self.report("alloc_thrash", "malloc/free calls per step (after the first)", per_step,
+                    self.th.alloc_per_step, hit, where, float(self.v.ev.dur[rows].sum()))
+
+    def pageable(self) -> None:
+        ids = [i for i, n in enumerate(self.v.names) if "HtoD" in n and "Pageable" in n]
+        rows = self.v.rows[np.isin(self.v.ev.name[self.v.rows], ids) & (self.v.ev.stream[self.v.rows] >= 0)]
+        where = {"copies": _names_of(self.v, rows), "ops": _ops_of(self.v, rows, self.ops),
+                 "streams": sorted(set(self.v.ev.stream[rows].tolist())),
+                 "steps": _steps_of(self.v, rows, self.windows), "count": int(len(rows))}
+        self.report("pageable_h2d", "pageable H2D copies", len(rows), self.th.pageable_min_count,
+                    len(rows) >= self.th.pageable_min_count, where, float(self.v.ev.dur[rows].sum()))
+
+
+def find_antipatterns(views: list[RankView], temporal: dict[int, dict | None], idle_rows: list[dict],
+                      th: Thresholds | None = None) -> tuple[list[dict], list[dict]]:
+    """(findings sorted by time at stake, every check with its measured value)."""
+    th = th or Thresholds()
+    findings: list[dict] = []
+    checks: list[dict] = []
+    for v in views:
+        c = _Checker(v, th)
+        c.short_kernels()
+        c.syncs()
+        c.nccl(temporal.get(v.rank))
+        c.idle(temporal.get(v.rank), idle_rows)
+        c.alloc()
+        c.pageable()
+        findings += c.findings
+        checks += c.checks
+    findings.sort(key=lambda f: -f["time_at_stake_us"])
+    return findings, checks
+
+
+def thresholds_dict(th: Thresholds) -> dict:
+    return asdict(th)

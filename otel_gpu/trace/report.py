@@ -1,0 +1,205 @@
+"""Output of trace results: rich tables for the terminal, JSON and CSV files written atomically."""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import tempfile
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from .analyze import jsonable
+
+# CSV file -> (document key, columns); names follow HTA's outputs where there is one
+CSV_TABLES = {
+    "temporal_breakdown.csv": ("temporal_breakdown", None),
+    "gpu_kernel_breakdown_kernel_type.csv": ("kernel_type_breakdown", None),
+    "gpu_kernel_breakdown_kernels.csv": ("kernel_breakdown", None),
+    "idle_time_breakdown.csv": ("idle_time_breakdown", None),
+    "idle_time_interval_stats.csv": ("idle_interval_stats", None),
+    "comm_comp_overlap.csv": ("comm_comp_overlap", None),
+    "launch_summary.csv": ("launch_stats", None),
+    "findings.csv": ("findings", None),
+    "checks.csv": ("checks", None),
+}
+PAIR_COLUMNS = ("correlation", "cpu_duration", "gpu_duration", "launch_delay")
+
+
+def _csv_text(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    if rows:
+        cols = list(rows[0])
+        for r in rows[1:]:
+            cols += [c for c in r if c not in cols]
+        w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in r.items()})
+    return buf.getvalue()
+
+
+def csv_files(doc: dict) -> dict[str, str]:
+    """File name -> CSV text for an analysis document."""
+    clean = jsonable(doc)
+    out = {name: _csv_text(clean.get(key) or []) for name, (key, _) in CSV_TABLES.items()}
+    out["steps.csv"] = _csv_text(clean["cross_rank"]["steps"])
+    for rank, p in doc.get("_launch_pairs", {}).items():
+        buf = io.StringIO()
+        buf.write(",".join(PAIR_COLUMNS) + "\n")
+        cols = [p[c] for c in PAIR_COLUMNS]
+        for vals in zip(*(c.tolist() for c in cols)):
+            buf.write(",".join(repr(x) for x in vals) + "\n")
+        out[f"cuda_kernel_launch_stats_rank{rank}.csv"] = buf.getvalue()
+    return out
+
+
+def diff_csv(doc: dict) -> dict[str, str]:
+    return {"trace_diff.csv": _csv_text(jsonable(doc)["rows"])}
+
+
+def write_outputs(json_path: str | None, json_doc: dict | None, csv_dir: str | None,
+                  files: dict[str, str] | None) -> None:
+    """Write the JSON file and the CSV files; each goes to a temporary name first, renamed at the end."""
+    staged: list[tuple[str, str]] = []
+    tmpdirs: list[str] = []
+    try:
+        if json_path:
+            d = os.path.dirname(os.path.abspath(json_path))
+            os.makedirs(d, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".otel-gpu-", suffix=".json.tmp", dir=d)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(jsonable(json_doc), fh, indent=1, allow_nan=False)
+            staged.append((tmp, json_path))
+        if csv_dir and files:
+            parent = os.path.dirname(os.path.abspath(csv_dir))
+            os.makedirs(parent, exist_ok=True)
+            tdir = tempfile.mkdtemp(prefix=".otel-gpu-csv-", dir=parent)
+            tmpdirs.append(tdir)
+            for name, text in files.items():
+                with open(os.path.join(tdir, name), "w") as fh:
+                    fh.write(text)
+                staged.append((os.path.join(tdir, name), os.path.join(csv_dir, name)))
+        if csv_dir and files:
+            os.makedirs(csv_dir, exist_ok=True)
+        for tmp, final in staged:
+            os.replace(tmp, final)
+    except BaseException:
+        for tmp, _ in staged:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+        raise
+    finally:
+        for t in tmpdirs:
+            shutil.rmtree(t, ignore_errors=True)
+
+
+def _fmt(x, digits: int = 1) -> str:
+    if x is None or (isinstance(x, float) and np.isnan(x)):
+        return "-"
+    if isinstance(x, float):
+        return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:,.2f}".rstrip("0").rstrip(".")
+    return str(x)
+
+
+def _table(title: str, cols: list[str], rows: list[list]) -> Table:
+    t = Table(title=title, title_justify="left", show_lines=False)
+    for i, c in enumerate(cols):
+        t.add_column(c, justify="left" if i == 0 or c in ("name", "kernel_type", "category", "pattern", "where")
+                     else "right", overflow="fold")
+    for r in rows:
+        t.add_row(*[_fmt(x) if not isinstance(x, str) else x for x in r])
+    return t
+
+
+def _short(name: str, n: int = 70) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def render_analysis(doc: dict, console: Console, top: int = 10) -> None:
+    """Print the analysis as terminal tables."""
+    console.print(f"[bold]Trace set[/bold] {doc['trace_dir']}  ranks {doc['ranks']}")
+    for n in doc["notes"]:
+        console.print(f"  note: {n}")
+    if doc["temporal_breakdown"]:
+        console.print(_table("Temporal breakdown (us, % of first-kernel-to-last-kernel span)",
+                             ["rank", "idle", "compute", "non-compute", "span", "idle %", "compute %", "non-compute %"],
+                             [[t["rank"], t["idle_time_us"], t["compute_time_us"], t["non_compute_time_us"],
+                               t["kernel_time_us"], t["idle_time_pctg"], t["compute_time_pctg"],
+                               t["non_compute_time_pctg"]] for t in doc["temporal_breakdown"]]))
+    if doc["kernel_type_breakdown"]:
+        console.print(_table("GPU time by kernel type (all ranks)", ["kernel_type", "time us", "%"],
+                             [[r["kernel_type"], r["sum"], r["percentage"]] for r in doc["kernel_type_breakdown"]]))
+        top_k = sorted(doc["kernel_breakdown"], key=lambda r: -r["sum"])[:top]
+        console.print(_table(f"Top {len(top_k)} kernels", ["name", "kernel_type", "rank", "total us", "mean us", "max us"],
+                             [[_short(r["name"]), r["kernel_type"], r["rank"], r["sum"], r["mean"], r["max"]]
+                              for r in top_k]))
+    if doc["idle_time_breakdown"]:
+        console.print(_table("GPU idle time by stream", ["rank", "stream", "category", "idle us", "ratio"],
+                             [[r["rank"], r["stream"], r["idle_category"], r["idle_time"], r["idle_time_ratio"]]
+                              for r in doc["idle_time_breakdown"]]))
+    if doc["temporal_breakdown"]:
+        console.print(_table("Communication / computation overlap", ["rank", "comm us", "overlap us", "overlap %"],
+                             [[r["rank"], r["comm_time_us"], r["overlap_time_us"], r["comp_comm_overlap_pctg"]]
+                              for r in doc["comm_comp_overlap"]]))
+        console.print(_table("Kernel launches", ["rank", "launches", "short", "runtime outliers",
+                                                 "delay outliers", "mean cpu us", "mean delay us"],
+                             [[r["rank"], r["launches"], r["short_kernels"], r["runtime_outliers"],
+                               r["launch_delay_outliers"], r["mean_cpu_duration_us"], r["mean_launch_delay_us"]]
+                              for r in doc["launch_stats"]]))
+    cross = doc["cross_rank"]
+    if cross["steps"]:
+        console.print(_table("Steps across ranks (us)", ["step", "ranks", "slowest", "slowest us", "median us",
+                                                         "excess us", "imbalance %"],
+                             [[s["step"], s["ranks"], s["slowest_rank"], s["slowest_us"], s["median_us"],
+                               s["excess_us"], s["imbalance_pct"]] for s in cross["steps"]]))
+    if "slowest_rank" in cross:
+        s = cross["slowest_rank"]
+        console.print(f"Straggler: rank {s['rank']} (mean step {s['mean_step_us']:,.0f} us, "
+                      f"{s['excess_pct']:+.1f}% vs the median rank)")
+    if doc["findings"]:
+        console.print("[bold]Findings[/bold] (biggest time at stake first)")
+        for i, f in enumerate(doc["findings"], 1):
+            ind = f["indicator"]
+            console.print(f"{i}. [bold]{f['title']}[/bold], rank {f['rank']}: {ind['name']} {ind['value']:g} "
+                          f"(threshold {ind['threshold']:g}); time at stake {f['time_at_stake_us']:,.0f} us",
+                          highlight=False)
+            if _where(f["where"]):
+                console.print(f"   where: {_where(f['where'])}", highlight=False)
+            console.print(f"   fix: {f['fix']}", highlight=False)
+    else:
+        console.print("No anti-pattern found (every check under its threshold).")
+
+
+def _where(w: dict) -> str:
+    parts = []
+    for key in ("ops", "kernels", "calls", "copies"):
+        if w.get(key):
+            known = [(n, c) for n, c in w[key] if n != "?"][:3]
+            if known:
+                parts.append(f"{key}: " + ", ".join(f"{_short(n, 50)} x{c}" for n, c in known))
+    for key in ("streams", "steps"):
+        if w.get(key):
+            parts.append(f"{key}: {w[key][:8]}")
+    if w.get("largest_gaps"):
+        g = w["largest_gaps"][0]
+        parts.append(f"largest gap {g['length_us']:,.0f} us at {g['start_us']:,.0f} us (step {g['step']})")
+    return "; ".join(parts)
+
+
+def render_diff(doc: dict, console: Console, top: int = 20) -> None:
+    console.print(f"[bold]A[/bold] {doc['a']} ({doc['ranks_a']} ranks)  ->  [bold]B[/bold] {doc['b']} "
+                  f"({doc['ranks_b']} ranks); per-rank figures")
+    sa, sb = doc["summary_a"], doc["summary_b"]
+    if sa and sb:
+        console.print(f"GPU span {sa['kernel_time_us']:,.0f} -> {sb['kernel_time_us']:,.0f} us, idle "
+                      f"{sa['idle_time_pctg']:.2f}% -> {sb['idle_time_pctg']:.2f}%")
+    console.print(_table(f"Biggest changes (top {min(top, len(doc['rows']))})",
+                         ["name", "kind", "count A", "count B", "total A us", "total B us", "delta us",
+                          "mean A us", "mean B us", "delta %"],
+                         [[_short(r["name"]), r["kind"], r["count_a"], r["count_b"], r["total_a_us"],
+                           r["total_b_us"], r["delta_total_us"], r["mean_a_us"], r["mean_b_us"], r["delta_pct"]]
+                          for r in doc["rows"][:top]]))
