@@ -221,9 +221,9 @@ class DiskSource:
                 continue
             self._unreadable.pop(p, None)
             m = self._mounts[p]
-            attrs = {names.DEVICE: m.device if m else "", names.MOUNTPOINT: m.mountpoint if m else p}
-            self._fs[p] = {"path": p, **attrs, "fstype": m.fstype if m else None, "used_bytes": used, "free_bytes": free}
-            key = (attrs[names.DEVICE], attrs[names.MOUNTPOINT])
+            attrs = {names.DEVICE: m.device, names.MOUNTPOINT: m.mountpoint} if m else {names.MOUNTPOINT: p}
+            self._fs[p] = {"path": p, "device": m.device if m else None, "mountpoint": attrs[names.MOUNTPOINT], "fstype": m.fstype if m else None, "used_bytes": used, "free_bytes": free}
+            key = (attrs.get(names.DEVICE, ""), attrs[names.MOUNTPOINT])
             if key in seen:  # two paths on one filesystem: one series
                 continue
             seen.add(key)

@@ -97,3 +97,32 @@ def one(readings, spec, **attrs) -> float:
 def can_deny_reads() -> bool:
     """False when running as root (file modes do not stop root from reading)."""
     return os.geteuid() != 0
+
+
+def run_as_nobody(fn):
+    """Run `fn()` in a forked child that dropped to uid/gid 65534; return its JSON-able result.
+
+    Real permission checks (EACCES on another user's /proc files) without changing the
+    machine: only possible when the tests run as root, so callers skip otherwise.
+    """
+    import json
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never returns into the test runner
+        code = 1
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            os.write(w, json.dumps(fn()).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r) as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the unprivileged child failed"
+    return json.loads(data)

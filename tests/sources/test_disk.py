@@ -193,3 +193,12 @@ def test_real_machine(tmp_path):
     assert 0 < one(out, names.FS_UTILIZATION) < 1
     print(f"disk read: {elapsed * 1e3:.2f} ms, {len(out)} readings")
     assert elapsed < 0.020
+
+
+def test_path_outside_every_mount(tmp_path):
+    write_tree(tmp_path, {"proc/diskstats": "", "proc/mounts": "/dev/sda1 /data ext4 rw 0 0\n"})
+    src = DiskSource(str(tmp_path / "proc"), str(tmp_path / "sys"), paths=[str(tmp_path)])
+    out = src.read()
+    assert one(out, names.FS_UTILIZATION) >= 0
+    assert {frozenset(r.attributes) for r in out if r.spec is names.FS_UTILIZATION} == {frozenset({names.MOUNTPOINT})}
+    assert src.describe()["filesystems"][0]["device"] is None

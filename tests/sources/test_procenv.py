@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from otel_gpu.sources.procenv import parse_environ, rank_from_env, rank_of
+from fstree import run_as_nobody
 
 
 def _proc(tmp_path, pid, environ: bytes):
@@ -34,16 +35,26 @@ def test_rank_of_fixture(tmp_path):
     assert rank_of(43, root) is None  # missing process
 
 
-def test_rank_of_unreadable(tmp_path):
-    root = _proc(tmp_path, 42, b"RANK=1\0")
-    path = tmp_path / "42" / "environ"
-    path.chmod(0)
+def test_rank_of_permission_denied():
+    if os.geteuid() != 0:
+        pytest.skip("needs root to switch to the nobody user")
+    child = subprocess.Popen([sys.executable, "-c", "print('ready', flush=True); input()"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ, RANK="4"))
     try:
-        if os.access(path, os.R_OK):
-            pytest.skip("running as root: file modes do not deny reads")
-        assert rank_of(42, root) is None
+        assert child.stdout.readline() == b"ready\n"
+        assert rank_of(child.pid) == "4"  # readable as its owner
+
+        def probe():
+            try:
+                open(f"/proc/{child.pid}/environ", "rb").close()
+                why = "readable"
+            except OSError as e:
+                why = type(e).__name__
+            return [why, rank_of(child.pid)]
+
+        assert run_as_nobody(probe) == ["PermissionError", None]  # another user's environ
     finally:
-        path.chmod(0o644)
+        child.communicate(b"\n")
 
 
 def test_rank_of_environ_is_a_directory(tmp_path):
