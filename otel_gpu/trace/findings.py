@@ -134,7 +134,7 @@ class _Checker:
         where = {"ops": ops, "calls": _names_of(self.v, rows), "steps": _steps_of(self.v, rows, self.windows),
                  "count": int(len(rows))}
         self.report("too_many_syncs", "host syncs per step", per_step, self.th.syncs_per_step,
-                    per_step > self.th.syncs_per_step, where, float(self.v.ev.dur[rows].sum()))
+                    per_step > self.th.syncs_per_step, where, float(np.maximum(self.v.ev.dur[rows], 0).sum()))
 
     def nccl(self, temporal: dict | None) -> None:
         k = gpu_kernels(self.v)
@@ -194,7 +194,7 @@ class _Checker:
         where = {"calls": _names_of(self.v, rows), "ops": _ops_of(self.v, rows, self.ops),
                  "steps": _steps_of(self.v, rows, self.windows), "count": int(len(rows))}
         self.report("alloc_thrash", "malloc/free calls per step (after the first)", per_step,
-                    self.th.alloc_per_step, hit, where, float(self.v.ev.dur[rows].sum()))
+                    self.th.alloc_per_step, hit, where, float(np.maximum(self.v.ev.dur[rows], 0).sum()))
 
     def pageable(self) -> None:
         ids = [i for i, n in enumerate(self.v.names) if "HtoD" in n and "Pageable" in n]
@@ -203,7 +203,7 @@ class _Checker:
                  "streams": sorted(set(self.v.ev.stream[rows].tolist())),
                  "steps": _steps_of(self.v, rows, self.windows), "count": int(len(rows))}
         self.report("pageable_h2d", "pageable H2D copies", len(rows), self.th.pageable_min_count,
-                    len(rows) >= self.th.pageable_min_count, where, float(self.v.ev.dur[rows].sum()))
+                    len(rows) >= self.th.pageable_min_count, where, float(np.maximum(self.v.ev.dur[rows], 0).sum()))
 
 
 def find_antipatterns(views: list[RankView], temporal: dict[int, dict | None], idle_rows: list[dict],

@@ -44,6 +44,7 @@ class RankView:
     rows: np.ndarray
     index_correlation: np.ndarray  # per event of ev (not per row): HTA's index_correlation
     ts0: int = 0  # subtracted from ts (earliest event of the set)
+    last_step_dropped: bool = False  # HTA's rule removed the last ProfilerStep's events
     _types: list[str] | None = field(default=None, repr=False)
 
     @property
@@ -177,7 +178,7 @@ def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None 
         ev = events[rank]
         gpu = _is_gpu(ev)
         rows = _filter_rows(ev, gpu) if filtered else np.arange(len(ev), dtype=np.int64)
-        views[rank] = RankView(rank, ev, rows, _index_correlation(ev, gpu))
+        views[rank] = RankView(rank, ev, rows, _index_correlation(ev, gpu), last_step_dropped=filtered)
         if len(ev):
             m = int(ev.ts.min())
             ts0 = m if ts0 is None else min(ts0, m)

@@ -152,14 +152,16 @@ def render_analysis(doc: dict, console: Console, top: int = 10) -> None:
                               for r in doc["launch_stats"]]))
     cross = doc["cross_rank"]
     if cross["steps"]:
-        console.print(_table("Steps across ranks (us)", ["step", "ranks", "slowest", "slowest us", "median us",
-                                                         "excess us", "imbalance %"],
-                             [[s["step"], s["ranks"], s["slowest_rank"], s["slowest_us"], s["median_us"],
-                               s["excess_us"], s["imbalance_pct"]] for s in cross["steps"]]))
-    if "slowest_rank" in cross:
-        s = cross["slowest_rank"]
-        console.print(f"Straggler: rank {s['rank']} (mean step {s['mean_step_us']:,.0f} us, "
-                      f"{s['excess_pct']:+.1f}% vs the median rank)")
+        console.print(_table("Steps across ranks (busy = step - communication, us)",
+                             ["step", "ranks", "straggler", "busy us", "median busy us", "excess us",
+                              "imbalance %", "longest step us"],
+                             [[s["step"], s["ranks"], s["straggler_rank"], s["straggler_busy_us"], s["median_busy_us"],
+                               s["excess_us"], s["imbalance_pct"], s["slowest_step_us"]] for s in cross["steps"]]))
+    if "straggler" in cross:
+        s = cross["straggler"]
+        console.print(f"Straggler: rank {s['rank']}, busiest in {s['steps_slowest']} of {len(cross['steps'])} steps, "
+                      f"{s['excess_us']:,.0f} us ({s['excess_pct']:+.1f}%) more busy time than the median rank",
+                      highlight=False)
     if doc["findings"]:
         console.print("[bold]Findings[/bold] (biggest time at stake first)")
         for i, f in enumerate(doc["findings"], 1):

@@ -17,7 +17,8 @@ _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 
 def step_windows(v: RankView, all_events: bool = True) -> list[tuple[int, float, float]]:
-    """(step number, start us, end us) of the CPU ProfilerStep annotations, by start."""
+    """(step number, start us, end us) of the CPU ProfilerStep annotations, by start; without
+    the last one when HTA's rule dropped its events."""
     ev = v.ev
     ids = {i: int(m.group(1)) for i, n in enumerate(ev.names) if (m := _STEP_RE.match(n))}
     if not ids:
@@ -33,7 +34,8 @@ def step_windows(v: RankView, all_events: bool = True) -> list[tuple[int, float,
         start = float(ev.ts[r] - v.ts0)
         if step not in out or start < out[step][1]:
             out[step] = (step, start, start + float(ev.dur[r]))
-    return sorted(out.values(), key=lambda w: w[1])
+    wins = sorted(out.values(), key=lambda w: w[1])
+    return wins[:-1] if v.last_step_dropped and wins else wins
 
 
 def step_of(times: np.ndarray, windows: list[tuple[int, float, float]]) -> np.ndarray:
@@ -51,37 +53,85 @@ def step_of(times: np.ndarray, windows: list[tuple[int, float, float]]) -> np.nd
     return out
 
 
+_COMM_OP_RE = re.compile(r"^(gloo:|nccl:|c10d::|record_param_comms)|all_?reduce|all_?gather|reduce_?scatter"
+                         r"|alltoall|all_to_all|broadcast", re.IGNORECASE)
+
+
+def comm_time_per_step(v: RankView, windows: list[tuple[int, float, float]]) -> dict[int, float]:
+    """Time (us) spent in communication per step: the union of NCCL kernels launched in the step,
+    or on CPU-only traces the union of collective CPU ops (gloo/nccl/c10d) inside the step window."""
+    from .breakdown import gpu_kernels, merge_intervals
+    from .idle import _runtime_ts
+    from .model import COMMUNICATION
+
+    out = {w[0]: 0.0 for w in windows}
+    if not windows:
+        return out
+    k = gpu_kernels(v)
+    comm = k["type"] == COMMUNICATION
+    if comm.any():
+        ts, end = k["ts"][comm], k["end"][comm]
+        rt = _runtime_ts(v, k["rows"][comm])
+        step = step_of(np.where(np.isnan(rt), ts, rt).astype(np.float64), windows)
+        for s_ in out:
+            m = step == s_
+            a, b = merge_intervals(ts[m], end[m])
+            out[s_] = float((b - a).sum())
+        return out
+    ev = v.ev
+    ids = [i for i, n in enumerate(ev.names) if _COMM_OP_RE.search(n)]
+    rows = v.rows[np.isin(ev.name[v.rows], ids) & (ev.stream[v.rows] == -1)]
+    ts = (ev.ts[rows] - v.ts0).astype(np.float64)
+    end = ts + np.maximum(ev.dur[rows], 0)
+    for num, w0, w1 in windows:
+        a, b = merge_intervals(np.clip(ts, w0, w1), np.clip(end, w0, w1))
+        out[num] = float((b - a).sum())
+    return out
+
+
 def cross_rank_summary(views: list[RankView], temporal: list[dict]) -> dict:
-    """Per-step times per rank, stragglers per step, and per-rank totals."""
-    per_rank = {v.rank: {w[0]: w[2] - w[1] for w in step_windows(v)} for v in views}
-    steps = sorted({s for d in per_rank.values() for s in d})
+    """Per-step times per rank and the straggler of each step.
+
+    Ranks of a synchronous job finish a step together: the others wait for the slowest inside
+    collectives. So the straggler of a step is the rank with the most *busy* time (step time
+    minus communication time, us); ``excess_us`` is its busy time minus the median rank's and
+    ``imbalance_pct`` is 100 * (max - mean) / mean of busy time.
+    """
+    per_rank: dict[int, dict[int, dict]] = {}
+    for v in views:
+        w = step_windows(v)
+        comm = comm_time_per_step(v, w)
+        per_rank[v.rank] = {n: {"step_us": b - a, "comm_us": comm[n], "busy_us": max(0.0, (b - a) - comm[n])}
+                            for n, a, b in w}
+    steps = sorted({s_ for d in per_rank.values() for s_ in d})
     rows = []
-    for s in steps:
-        times = {r: d[s] for r, d in per_rank.items() if s in d}
-        if not times:
-            continue
-        vals = np.array(list(times.values()))
-        slow = max(times, key=lambda r: times[r])
-        fast = min(times, key=lambda r: times[r])
-        mean = float(vals.mean())
-        rows.append({"step": s, "ranks": len(times), "slowest_rank": slow, "slowest_us": times[slow],
-                     "fastest_rank": fast, "fastest_us": times[fast], "median_us": float(np.median(vals)),
-                     "excess_us": times[slow] - float(np.median(vals)),
-                     "imbalance_pct": round(100 * (times[slow] - mean) / mean, 2) if mean else 0.0,
-                     "per_rank_us": {str(r): t for r, t in sorted(times.items())}})
-    stragglers: dict[int, int] = {}
+    for s_ in steps:
+        cells = {r: d[s_] for r, d in per_rank.items() if s_ in d}
+        busy = {r: c["busy_us"] for r, c in cells.items()}
+        vals = np.array(list(busy.values()))
+        strag = max(busy, key=lambda r: busy[r])
+        slow = max(cells, key=lambda r: cells[r]["step_us"])
+        med, mean = float(np.median(vals)), float(vals.mean())
+        rows.append({"step": s_, "ranks": len(cells), "straggler_rank": strag, "straggler_busy_us": busy[strag],
+                     "median_busy_us": med, "excess_us": busy[strag] - med,
+                     "imbalance_pct": round(100 * (busy[strag] - mean) / mean, 2) if mean else 0.0,
+                     "slowest_step_rank": slow, "slowest_step_us": cells[slow]["step_us"],
+                     "per_rank": {str(r): c for r, c in sorted(cells.items())}})
+    counts: dict[int, int] = {}
     for r in rows:
         if r["ranks"] > 1:
-            stragglers[r["slowest_rank"]] = stragglers.get(r["slowest_rank"], 0) + 1
-    comp = {t["rank"]: t["compute_time_us"] for t in temporal if t}
-    summary = {"ranks": [v.rank for v in views], "steps": rows,
-               "straggler_counts": {str(k): n for k, n in sorted(stragglers.items())}}
+            counts[r["straggler_rank"]] = counts.get(r["straggler_rank"], 0) + 1
+    summary: dict = {"ranks": [v.rank for v in views], "steps": rows,
+                     "straggler_counts": {str(k): n for k, n in sorted(counts.items())}}
     if len(views) > 1 and rows:
-        mean_steps = {r: float(np.mean(list(d.values()))) for r, d in per_rank.items() if d}
-        worst = max(mean_steps, key=lambda r: mean_steps[r])
-        med = float(np.median(list(mean_steps.values())))
-        summary["slowest_rank"] = {"rank": worst, "mean_step_us": mean_steps[worst], "median_mean_step_us": med,
-                                   "excess_pct": round(100 * (mean_steps[worst] - med) / med, 2) if med else 0.0}
+        tot = {r: sum(c["busy_us"] for c in d.values()) for r, d in per_rank.items() if d}
+        worst = max(tot, key=lambda r: tot[r])
+        med = float(np.median(list(tot.values())))
+        summary["straggler"] = {"rank": worst, "busy_us": tot[worst], "median_busy_us": med,
+                                "excess_us": tot[worst] - med,
+                                "excess_pct": round(100 * (tot[worst] - med) / med, 2) if med else 0.0,
+                                "steps_slowest": counts.get(worst, 0)}
+    comp = {t["rank"]: t["compute_time_us"] for t in temporal if t}
     if len(comp) > 1:
         vals = np.array(list(comp.values()))
         top = max(comp, key=lambda r: comp[r])
