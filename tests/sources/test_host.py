@@ -110,11 +110,12 @@ def test_real_machine_does_not_block():
     src = HostSource()
     start = time.perf_counter()
     src.read()
+    first = time.perf_counter() - start
+    assert first < 0.05  # the first read does not sleep to measure CPU
     time.sleep(0.05)
     mid = time.perf_counter()
     out = src.read()
     elapsed = time.perf_counter() - mid
-    assert mid - start < 0.07  # the first read does not sleep to measure CPU
     modes = {r.attributes[names.CPU_MODE] for r in out if r.spec is names.CPU_UTILIZATION}
     assert "user" in modes and "idle" in modes
     assert all(0 <= r.value <= 1 for r in out if r.spec is names.CPU_UTILIZATION)

@@ -119,12 +119,12 @@ def test_real_process_exits_between_reads():
         assert find_pids([marker]) == [child.pid]
         src = ProcessSource.by_name([marker], pids=[os.getpid()])
         src.read()
-        busy = time.process_time() + 0.05
-        while time.process_time() < busy:  # burn some CPU in this process
+        busy = time.process_time() + 0.1
+        while time.process_time() < busy:  # burn 0.1 s of CPU in this process
             pass
         out = src.read()
         mine = {names.PID: str(os.getpid())}
-        assert 0.2 < one(out, names.PROCESS_CPU_UTILIZATION, **mine) < 1.5
+        assert 0.05 < one(out, names.PROCESS_CPU_UTILIZATION, **mine) < 1.5  # ~1 unless the machine is crowded
         assert one(out, names.PROCESS_MEMORY, **mine) == pytest.approx(psutil.Process().memory_info().rss, rel=0.1)
         child_attrs = {names.PID: str(child.pid), names.RANK: "5"}
         assert one(out, names.PROCESS_MEMORY, **child_attrs) > 1e6
