@@ -17,6 +17,8 @@ def _subcommands():
     yield agent_cli.register
     from .trace import cli as trace_cli
     yield trace_cli.register
+    from . import run_cli
+    yield run_cli.register
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from typing import Mapping
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricReader
@@ -35,6 +36,30 @@ def rank_attributes(env: Mapping[str, str], host: str | None = None) -> dict[str
     attrs.update({names.RANK: "0", names.LOCAL_RANK: "0", names.WORLD_SIZE: "1"})
     attrs.update(rank_info(env))
     return attrs
+
+
+class _OncePerMinute(logging.Filter):
+    """Lets one record through per minute: a dead backend is said, not repeated every export."""
+
+    def __init__(self, period_s: float = 60.0):
+        super().__init__()
+        self.period_s, self._last = period_s, -period_s
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = time.monotonic()
+        if now - self._last >= self.period_s:
+            self._last = now
+            return True
+        return False
+
+
+def quiet_exporter_logs() -> None:
+    for name in ("opentelemetry.exporter.otlp.proto.http.metric_exporter",
+                 "opentelemetry.exporter.otlp.proto.grpc.exporter",
+                 "opentelemetry.sdk.metrics._internal.export"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _OncePerMinute) for f in logger.filters):
+            logger.addFilter(_OncePerMinute())
 
 
 class OtelSink:
@@ -104,6 +129,7 @@ class Session:
             readers = []
             settings = otlp_settings(env, default_interval_s=10.0)
             if settings.endpoint:
+                quiet_exporter_logs()
                 self.exporter = otlp_exporter(settings)
                 readers.append(periodic_reader(ForkGuard(self.exporter), settings))
         resource = resource_attributes(env, host=host)
