@@ -8,6 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 CACHE="${OTELGPU_CACHE:-$HOME/.cache/otel-gpu}"
 VM_ROOT="$CACHE/victoria-metrics"
 VM_BIN="$VM_ROOT/usr/bin/victoria-metrics"
+PY="${PYTHON:-$(command -v python3 || command -v python)}"
 
 step() { printf '[install] %s\n' "$*"; }
 now() { date +%s; }
@@ -19,6 +20,7 @@ for pair in prometheus:prometheus prometheus-node-exporter:prometheus-node-expor
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 done
+"$PY" -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)   # Debian's python3 ships without pip
 if ((${#missing[@]})); then
   step "apt: installing ${missing[*]}"
   apt-get update -q >/dev/null
@@ -39,6 +41,7 @@ else
   trap 'rm -rf "$d"' EXIT
   mkdir -p "$d/lists/partial" "$d/archives/partial"
   m=$(sed -n "s/^URIs: *\(.*\/debian\)$/\1/p" /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+  [[ -n "$m" ]] || m=$(sed -n "s/^deb \(\[[^]]*\] \)\?\(\S*\/debian\) .*/\2/p" /etc/apt/sources.list 2>/dev/null | head -1)
   m=${m:-http://deb.debian.org/debian}
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $m sid main" > "$d/sources.list"
   O=(-o "Dir::Etc::SourceList=$d/sources.list" -o Dir::Etc::SourceParts=/dev/null
@@ -59,6 +62,11 @@ fi
 
 # 3. The project itself, editable, with every extra the tests import.
 t0=$(now)
-step "pip: installing -e .[test,profile,dashboards,tune]"
-python -m pip install -q --root-user-action=ignore -e '.[test,profile,dashboards,tune]'
+pip_args=(-q --root-user-action=ignore)
+# a distribution's own Python refuses pip installs (PEP 668); this machine is CI's, so install anyway
+if "$PY" -c 'import sys, sysconfig, os; sys.exit(not os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")))'; then
+  pip_args+=(--break-system-packages)
+fi
+step "pip: installing -e .[test,profile,dashboards,tune] into $PY"
+"$PY" -m pip install "${pip_args[@]}" -e '.[test,profile,dashboards,tune]'
 step "pip: done in $(($(now) - t0)) s"

@@ -285,7 +285,9 @@ class VictoriaMetrics(Server):
     """Single-node VictoriaMetrics: OTLP/HTTP at ``/opentelemetry/v1/metrics``, PromQL at ``/api/v1``.
 
     Flags make a fresh sample queryable at once: no 30 s latency offset, no response cache.
-    Call ``flush()`` after a push to make it searchable without waiting for the ~1 s flush.
+    Ingested samples sit in memory buffers first: a new series shows up in queries only after
+    ~10 s and a new sample of a known series after ~2-3 s, unless ``flush()`` is called after the
+    push (then < 1 s; measured on 1.145).
     """
 
     name = "victoria-metrics"
@@ -309,7 +311,6 @@ class VictoriaMetrics(Server):
             "-opentelemetry.usePrometheusNaming",
             "-search.latencyOffset=0s",
             "-search.disableCache",
-            "-search.cacheTimestampOffset=0s",
             "-loggerLevel=WARN",
             *self.extra_args,
         ]
@@ -342,6 +343,7 @@ class NodeExporter(Server):
         extra_args: Sequence[str] = (),
         binary: str = NODE_EXPORTER_BIN,
     ):
+        self._own_tmpdir = tmpdir is None
         if tmpdir is None:
             import tempfile
 
@@ -358,6 +360,11 @@ class NodeExporter(Server):
             args.append("--collector.disable-defaults")
             args += [f"--collector.{c}" for c in self.collectors]
         return args + self.extra_args
+
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
+        if self._own_tmpdir:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
 
 
 def _stop_all() -> None:
