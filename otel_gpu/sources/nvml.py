@@ -30,17 +30,9 @@ _CLOCK_FNS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClo
 _VALUE_FIELD = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}  # by valueType
 
 # NVML clock-event (throttle) reason bits -> snake_case reason names.
-CLOCK_REASONS = {
-    0x001: "gpu_idle",
-    0x002: "applications_clocks_setting",
-    0x004: "sw_power_cap",
-    0x008: "hw_slowdown",
-    0x010: "sync_boost",
-    0x020: "sw_thermal_slowdown",
-    0x040: "hw_thermal_slowdown",
-    0x080: "hw_power_brake",
-    0x100: "display_clock_setting",
-}
+CLOCK_REASONS = {0x001: "gpu_idle", 0x002: "applications_clocks_setting", 0x004: "sw_power_cap",
+                 0x008: "hw_slowdown", 0x010: "sync_boost", 0x020: "sw_thermal_slowdown",
+                 0x040: "hw_thermal_slowdown", 0x080: "hw_power_brake", 0x100: "display_clock_setting"}
 
 
 def clock_reason_values(mask: int) -> dict[str, int]:
