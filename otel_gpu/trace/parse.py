@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import math
 import os
 import re
 import zlib
@@ -59,8 +58,9 @@ class RankEvents:
 class _Text:
     """Chunked text reader over a plain or gzip'd file with a sliding buffer."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, chunk_chars: int = CHUNK_CHARS):
         self.path = path
+        self.chunk_chars = chunk_chars
         raw = open(path, "rb")
         head = raw.read(2)
         raw.seek(0)
@@ -87,7 +87,7 @@ class _Text:
         if self.eof:
             return False
         try:
-            chunk = self._fh.read(CHUNK_CHARS)
+            chunk = self._fh.read(self.chunk_chars)
         except (EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
             raise TraceFormatError(f"{self.path}: cannot read ({exc.__class__.__name__}: {exc})") from None
         if not chunk:
@@ -133,7 +133,7 @@ class _Text:
                 near_end = exc.pos > len(self.buf) - (1 << 20)
                 if near_end and self.more():  # the value continues in the next chunk
                     continue
-                if self.eof and near_end and exc.msg.startswith(("Unterminated", "Expecting")):
+                if self.eof and (exc.msg.startswith("Unterminated") or not self.buf[exc.pos:].strip()):
                     raise self.error("truncated JSON (file ends inside a value)") from None
                 raise self.error(f"invalid JSON: {exc.msg} (character {exc.pos - self.pos} of an event)") from None
             if end == len(self.buf) and not self.eof and self.more():
@@ -241,12 +241,15 @@ def _downcast_int(a: np.ndarray) -> np.ndarray:
     return a.astype(np.int64)
 
 
-def read_trace(path: str) -> RankEvents:
-    """Stream one trace file into :class:`RankEvents`; raises :class:`TraceFormatError` naming the file."""
+def read_trace(path: str, chunk_chars: int = CHUNK_CHARS) -> RankEvents:
+    """Stream one trace file into :class:`RankEvents`; raises :class:`TraceFormatError` naming the file.
+
+    ``chunk_chars`` is how much text is decoded per read (memory stays near one chunk plus one event).
+    """
     if not os.path.isfile(path):
         raise TraceFormatError(f"{path}: no such file")
     try:
-        text = _Text(path)
+        text = _Text(path, chunk_chars)
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot open ({exc})") from None
     col = _Collector()
@@ -335,6 +338,3 @@ def _finish(path: str, rank: int, col: _Collector, meta: dict) -> RankEvents:
         names=names, tids=tids, meta=meta, ts_rounded=col.ts_float,
     )
 
-
-def is_finite(x: float) -> bool:
-    return not (math.isnan(x) or math.isinf(x))

@@ -1,0 +1,84 @@
+"""`otel-gpu trace analyze|diff` end to end: tables, JSON, CSV, errors without partial output."""
+import csv
+import gzip
+import json
+import os
+import shutil
+
+from otel_gpu.cli import main
+from kineto import training_trace
+
+REAL = "tests/data/traces"
+
+
+def test_analyze_writes_json_and_csv(tmp_path, capsys):
+    out, cdir = tmp_path / "r.json", tmp_path / "csv"
+    assert main(["trace", "analyze", f"{REAL}/cpu_gloo_sync_straggler", "--json", str(out), "--csv", str(cdir)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["ranks"] == [0, 1] and doc["cross_rank"]["straggler"]["rank"] == 1
+    assert "_launch_pairs" not in doc
+    files = sorted(os.listdir(cdir))
+    assert "findings.csv" in files and "steps.csv" in files and "cuda_kernel_launch_stats_rank1.csv" in files
+    rows = list(csv.DictReader(open(cdir / "findings.csv")))
+    assert {r["pattern"] for r in rows} == {"too_many_syncs"}
+    text = capsys.readouterr().out
+    assert "Straggler: rank 1" in text and "Too many GPU-to-CPU synchronizations" in text
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".otel-gpu")]
+
+
+def test_analyze_gpu_tables(tmp_path, capsys):
+    d = tmp_path / "run"
+    d.mkdir()
+    training_trace(0, pageable=True).write(str(d / "r0.json.gz"))
+    training_trace(1, compute_scale=1.2).write(str(d / "r1.json"))
+    assert main(["trace", "analyze", str(d), "--ranks", "0-1", "--csv", str(tmp_path / "c")]) == 0
+    text = capsys.readouterr().out
+    for title in ("Temporal breakdown", "GPU time by kernel type", "GPU idle time by stream",
+                  "Communication / computation overlap", "Kernel launches", "Pageable host-to-device copies"):
+        assert title in text
+    launches = list(csv.DictReader(open(tmp_path / "c" / "cuda_kernel_launch_stats_rank0.csv")))
+    assert len(launches) == 3 * 26  # 24 compute kernels, 1 NCCL kernel, 1 copy in each analysed step
+    assert float(launches[0]["cpu_duration"]) == 5.0
+
+
+def test_truncated_file_exit_2_and_no_outputs(tmp_path, capsys):
+    d = tmp_path / "run"
+    shutil.copytree(f"{REAL}/cpu_gloo_clean", d)
+    data = gzip.open(d / "rank1.pt.trace.json.gz").read()
+    with gzip.open(d / "rank1.pt.trace.json.gz", "wb") as fh:
+        fh.write(data[: len(data) // 2])
+    out, cdir = tmp_path / "r.json", tmp_path / "csv"
+    assert main(["trace", "analyze", str(d), "--json", str(out), "--csv", str(cdir)]) == 2
+    err = capsys.readouterr().err
+    assert "rank1.pt.trace.json.gz" in err and "truncated" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists() and not cdir.exists()
+    assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def test_bad_inputs_exit_2(tmp_path, capsys):
+    assert main(["trace", "analyze", str(tmp_path / "missing")]) == 2
+    assert "not a folder" in capsys.readouterr().err
+    assert main(["trace", "analyze", str(tmp_path)]) == 2
+    assert "no .json" in capsys.readouterr().err
+    assert main(["trace", "analyze", f"{REAL}/cpu_gloo_clean", "--ranks", "5"]) == 2
+    assert "rank(s) [5]" in capsys.readouterr().err
+
+
+def test_diff_sorted_by_impact(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    training_trace(0).write(str(a / "r0.json"))
+    training_trace(0, short_kernels=True, compute_scale=1.5).write(str(b / "r0.json"))
+    out = tmp_path / "d.json"
+    assert main(["trace", "diff", str(a), str(b), "--json", str(out), "--csv", str(tmp_path / "c")]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    impacts = [abs(r["delta_total_us"]) for r in rows]
+    assert impacts == sorted(impacts, reverse=True)
+    top = rows[0]
+    assert top["name"] == "ampere_sgemm_128x64_nn" and top["kind"] == "kernel"
+    assert top["delta_total_us"] == 3 * 24 * 200 and top["mean_b_us"] == 600
+    added = [r for r in rows if r["status"] == "added"]
+    assert {r["name"] for r in added} >= {"aten::add_", "void at::native::vectorized_elementwise_kernel<4>(int, float*)"}
+    assert "Biggest changes" in capsys.readouterr().out
+    assert (tmp_path / "c" / "trace_diff.csv").exists()

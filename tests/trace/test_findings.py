@@ -1,0 +1,69 @@
+"""Anti-patterns on crafted GPU traces (each pattern on and off) and on real PyTorch CPU traces."""
+import pytest
+
+from otel_gpu.trace.analyze import analyze
+from otel_gpu.trace.model import load_set
+from kineto import training_trace
+
+PATTERNS = ["many_short_kernels", "too_many_syncs", "unhidden_nccl", "long_gpu_idle", "alloc_thrash",
+            "pageable_h2d"]
+FLAG = {"many_short_kernels": "short_kernels", "too_many_syncs": "syncs", "unhidden_nccl": "unhidden_nccl",
+        "long_gpu_idle": "idle", "alloc_thrash": "alloc_thrash", "pageable_h2d": "pageable"}
+REAL = "tests/data/traces"
+
+
+def run(tmp_path, **flags):
+    training_trace(0, **flags).write(str(tmp_path / "rank0.json"))
+    return analyze(load_set(str(tmp_path)))
+
+
+def test_clean_trace_has_no_findings(tmp_path):
+    doc = run(tmp_path)
+    assert doc["findings"] == []
+    checks = {c["pattern"]: c for c in doc["checks"]}
+    assert set(checks) == set(PATTERNS)
+    assert checks["too_many_syncs"]["value"] == 1.0  # one sync per step is measured, under the threshold
+    assert checks["long_gpu_idle"]["value"] < 5
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_each_pattern_present(tmp_path, pattern):
+    doc = run(tmp_path, **{FLAG[pattern]: True})
+    assert [f["pattern"] for f in doc["findings"]] == [pattern]
+    f = doc["findings"][0]
+    assert f["rank"] == 0 and f["fix"] and f["time_at_stake_us"] > 0
+    assert f["indicator"]["value"] >= f["indicator"]["threshold"]
+    assert f["where"]["steps"] if "steps" in f["where"] else f["where"]["largest_gaps"]
+
+
+def test_where_names_ops_kernels_and_streams(tmp_path):
+    short = run(tmp_path, short_kernels=True)["findings"][0]
+    assert short["where"]["kernels"][0][0].startswith("void at::native::vectorized_elementwise_kernel")
+    assert short["where"]["ops"] == [["aten::add_", 180]] and short["where"]["streams"] == [8]
+    assert short["where"]["steps"] == [1, 2, 3]  # the last step is excluded, as in HTA
+
+
+def test_unhidden_nccl_time_at_stake(tmp_path):
+    f = run(tmp_path, unhidden_nccl=True)["findings"][0]
+    assert f["time_at_stake_us"] == pytest.approx(3 * 2500)  # three analysed steps, nothing overlaps
+    assert f["where"]["streams"] == [20]
+
+
+def test_real_cpu_traces_sync_present_and_absent():
+    doc = analyze(load_set(f"{REAL}/cpu_gloo_sync_straggler"))
+    syncs = [f for f in doc["findings"] if f["pattern"] == "too_many_syncs"]
+    assert {f["rank"] for f in syncs} == {0, 1}
+    assert all(f["indicator"]["value"] == 64 for f in syncs)  # 64 .item() per step
+    assert syncs[0]["where"]["ops"][0][0] == "aten::_local_scalar_dense"
+    clean = analyze(load_set(f"{REAL}/cpu_gloo_clean"))
+    assert clean["findings"] == []
+    assert {c["value"] for c in clean["checks"] if c["pattern"] == "too_many_syncs"} == {0.0}
+
+
+def test_real_cpu_traces_straggler():
+    doc = analyze(load_set(f"{REAL}/cpu_gloo_sync_straggler"))
+    cross = doc["cross_rank"]
+    assert cross["straggler"]["rank"] == 1  # rank 1 does 4x the matmuls
+    assert [s["straggler_rank"] for s in cross["steps"]] == [1, 1, 1]
+    assert cross["straggler"]["excess_pct"] > 20
+    assert any("no GPU" in n for n in doc["notes"])
