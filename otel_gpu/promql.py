@@ -175,14 +175,14 @@ class PromClient:
             params["start"] = format_time(start)
         if end is not None:
             params["end"] = format_time(end)
-        return [dict(s) for s in self._call("/api/v1/series", params)]
+        return [dict(s) for s in self._call("/api/v1/series", params) or []]
 
     def label_values(self, label: str, match: str | Iterable[str] | None = None) -> list[str]:
         """Values of ``label``, optionally only on series matching ``match``."""
         params: dict[str, Any] = {}
         if match is not None:
             params["match[]"] = [match] if isinstance(match, str) else list(match)
-        return list(self._call(f"/api/v1/label/{label}/values", params, method="GET"))
+        return list(self._call(f"/api/v1/label/{label}/values", params, method="GET") or [])
 
     def ready(self) -> bool:
         """True when the server answers 200 on ``/-/ready`` (VictoriaMetrics: also ``/health``)."""
