@@ -4,10 +4,11 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 from .agent import Instruments, Sampler
 from .agent_cli import FLUSH_TIMEOUT_S, AgentConfig, install_signal_handlers
-from .export import PrometheusEndpoint, meter_provider, otlp_exporter, periodic_reader
+from .export import PrometheusEndpoint, merged_resource, meter_provider, otlp_exporter, periodic_reader
 from .identity import point_attributes, resource_attributes
 from .node import Node
 from .store import Store
@@ -20,7 +21,7 @@ class AgentRuntime:
         window_s = max(config.interval_s, config.otlp.interval_s)
         self.store = Store(window_s=window_s)
         self.sampler = Sampler(node.sources, self.store, config.interval_s)
-        resource = {**resource_attributes(env), "service.name": "otel-gpu-agent"}
+        resource = merged_resource({**resource_attributes(env), "service.name": "otel-gpu-agent"})
         readers, self.exporter, self.endpoint = [], None, None
         if config.otlp.endpoint:
             self.exporter = otlp_exporter(config.otlp)
@@ -35,7 +36,7 @@ class AgentRuntime:
         self.provider = meter_provider(resource, readers)
         meter = self.provider.get_meter("otel_gpu.agent")
         exporter = self.exporter
-        Instruments(meter, self.sampler, point_attributes(resource),
+        Instruments(meter, self.sampler, point_attributes(resource.attributes),
                     export_failures=lambda: exporter.failures if exporter else 0)
         self.stop_event = threading.Event()
 
@@ -59,12 +60,14 @@ class AgentRuntime:
         return self.shutdown()
 
     def shutdown(self) -> int:
-        """Stop sampling, flush the last export (at most FLUSH_TIMEOUT_S), free the port."""
-        self.sampler.stop()
-        done = threading.Thread(target=self.provider.shutdown, kwargs={"timeout_millis": FLUSH_TIMEOUT_S * 1000 - 500},
-                                daemon=True)
-        done.start()
-        done.join(FLUSH_TIMEOUT_S)
+        """Stop sampling, flush the last export, free the port: all within FLUSH_TIMEOUT_S."""
+        deadline = time.monotonic() + FLUSH_TIMEOUT_S - 0.5   # leave time for the interpreter to exit
+        self.sampler.stop(timeout_s=0.5)
+        budget_s = max(0.1, deadline - time.monotonic())
+        flush = threading.Thread(target=self.provider.shutdown, kwargs={"timeout_millis": budget_s * 1000},
+                                 daemon=True)
+        flush.start()
+        flush.join(budget_s)    # an export still hanging on a dead backend is abandoned (and counted)
         if self.endpoint:
             self.endpoint.close()
         return 0

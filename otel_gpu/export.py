@@ -142,11 +142,19 @@ class PrometheusEndpoint:
         self._server.server_close()
 
 
-def meter_provider(resource_attrs: Mapping[str, str], readers: Sequence[MetricReader],
-                   specs: Sequence[MetricSpec] = ()) -> MeterProvider:
-    """A MeterProvider (not set globally: the user's own OTel setup stays untouched)."""
+def merged_resource(resource_attrs: Mapping[str, str]) -> Resource:
+    """Ours first, then `OTEL_RESOURCE_ATTRIBUTES` / `OTEL_SERVICE_NAME` on top: the user's values win."""
     from opentelemetry.sdk.resources import OTELResourceDetector
 
-    # ours first, then OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME on top: the user's values win
-    resource = Resource.create(dict(resource_attrs)).merge(OTELResourceDetector().detect())
+    return Resource.create(dict(resource_attrs)).merge(OTELResourceDetector().detect())
+
+
+def meter_provider(resource: Resource | Mapping[str, str], readers: Sequence[MetricReader],
+                   specs: Sequence[MetricSpec] = ()) -> MeterProvider:
+    """A MeterProvider (not set globally: the user's own OTel setup stays untouched).
+
+    `resource` is a Resource, or our attributes to merge with the OTEL_* variables.
+    """
+    if not isinstance(resource, Resource):
+        resource = merged_resource(resource)
     return MeterProvider(resource=resource, metric_readers=list(readers), views=histogram_views(specs))

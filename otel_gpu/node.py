@@ -45,7 +45,7 @@ def build_node(config: NodeConfig) -> Node:
     from .sources.host import HostSource
     from .sources.infiniband import InfinibandSource
     from .sources.net import NetSource
-    from .sources.process import ProcessSource, find_pids
+    from .sources.process import PidFinder, ProcessSource
 
     node = Node(sources=[])
     if config.gpus:
@@ -54,7 +54,7 @@ def build_node(config: NodeConfig) -> Node:
             node.gpu = NvmlSource(nvml=_nvml_module(config), proc_root=config.proc_root)
             node.sources.append(node.gpu)
         except SourceError as exc:
-            node.notes.append(f"GPU metrics are off: {exc}")
+            node.notes.append(str(exc))  # the source says what is off and why, in one line
     else:
         node.notes.append("GPU metrics are off: disabled by --no-gpu")
     node.sources += [
@@ -66,12 +66,13 @@ def build_node(config: NodeConfig) -> Node:
         node.sources.append(InfinibandSource(sys_root=config.sys_root))
 
     gpu = node.gpu
-    patterns = config.process_patterns
+    named = PidFinder(config.process_patterns, proc_root=config.proc_root) if config.process_patterns else None
 
     def training_pids() -> set[int]:
+        """Processes on a GPU, plus those the user named (rescanned at most every 5 s)."""
         pids = set(gpu.gpu_pids()) if gpu is not None else set()
-        if patterns:
-            pids |= set(find_pids(config.proc_root, patterns))
+        if named is not None:
+            pids |= set(named())
         return pids
 
     node.sources.append(ProcessSource(training_pids, proc_root=config.proc_root))

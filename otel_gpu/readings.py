@@ -52,7 +52,7 @@ class MetricSpec:
         """
         base = re.sub(r"[^a-zA-Z0-9_]", "_", self.name)
         suffix = _UNIT_SUFFIX.get(self.unit, "")
-        if self.unit == "1" and (self.kind != "gauge" or not unit_suffix):
+        if self.unit == "1" and (self.kind not in ("gauge", "updowncounter") or not unit_suffix):
             suffix = ""
         if suffix and not base.endswith("_" + suffix):
             base = f"{base}_{suffix}"
