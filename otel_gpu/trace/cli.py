@@ -9,8 +9,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rich.console import Console
-
 from ..cli import UsageError
 from .analyze import Options, analyze
 from .diff import diff_sets
@@ -67,12 +65,18 @@ def _load(path: str, ranks=None, include_last_step: bool = False):
         raise UsageError(str(exc)) from None
 
 
+def _console():
+    from rich.console import Console
+
+    return Console(file=sys.stdout, width=160)
+
+
 def run_analyze(args) -> int:
     ts = _load(args.dir, args.ranks, args.include_last_step)
     doc = analyze(ts, Options())
     write_outputs(args.json_out, doc, args.csv_dir, csv_files(doc) if args.csv_dir else None)
     if not args.quiet:
-        render_analysis(doc, Console(file=sys.stdout, width=160), top=args.top)
+        render_analysis(doc, _console(), top=args.top)
     return 0
 
 
@@ -82,5 +86,5 @@ def run_diff(args) -> int:
     doc = diff_sets(a, b)
     write_outputs(args.json_out, doc, args.csv_dir, diff_csv(doc) if args.csv_dir else None)
     if not args.quiet:
-        render_diff(doc, Console(file=sys.stdout, width=160), top=args.top)
+        render_diff(doc, _console(), top=args.top)
     return 0

@@ -45,9 +45,7 @@ class RankEvents:
     stream: np.ndarray
     correlation: np.ndarray
     external_id: np.ndarray
-    tid: np.ndarray
     names: list[str]
-    tids: list[str]
     meta: dict = field(default_factory=dict)
     ts_rounded: bool = False
 
@@ -155,7 +153,7 @@ def _int_or(v, default: int = -1) -> int:
 
 
 class _Collector:
-    """Accumulates the fields kept from each event into typed arrays."""
+    """Accumulates the fields kept from each event into typed arrays (``add`` is a fast closure)."""
 
     def __init__(self) -> None:
         self.index = array("q")
@@ -166,67 +164,73 @@ class _Collector:
         self.stream = array("q")
         self.corr = array("q")
         self.ext = array("q")
-        self.tid = array("i")
         self.sym: dict[str, int] = {}
-        self.tid_sym: dict[str, int] = {}
-        self.ts_float = False  # any ts in the file is fractional or missing -> HTA rounds
-        self.n = 0
+        self.flags = {"ts_float": False}  # any ts fractional or missing -> HTA rounds
+        self.count = [0]
+        self.add = self._make_add()
 
-    def add(self, e) -> None:
-        i = self.n
-        self.n = i + 1
-        if type(e) is not dict:
-            return
-        ts = e.get("ts")
-        if type(ts) is not int:
-            self.ts_float = True
-            if ts is None or type(ts) is not float:
+    @property
+    def ts_float(self) -> bool:
+        return self.flags["ts_float"]
+
+    def _make_add(self):
+        a_index, a_ts, a_dur = self.index.append, self.ts.append, self.dur.append
+        a_name, a_cat, a_stream = self.name.append, self.cat.append, self.stream.append
+        a_corr, a_ext = self.corr.append, self.ext.append
+        sym, flags, count = self.sym, self.flags, self.count
+        num = (int, float)
+
+        def add(e) -> None:
+            i = count[0]
+            count[0] = i + 1
+            if type(e) is not dict:
                 return
-        dur = e.get("dur")
-        cat = e.get("cat")
-        if dur is None or cat is None or cat == "Trace" or type(dur) not in (int, float):
-            return
-        if dur != dur:  # NaN
-            return
-        sym = self.sym
-        name = e.get("name")
-        name = name if type(name) is str else str(name)
-        cat = cat if type(cat) is str else str(cat)
-        nid = sym.get(name)
-        if nid is None:
-            nid = sym[name] = len(sym)
-        cid = sym.get(cat)
-        if cid is None:
-            cid = sym[cat] = len(sym)
-        tid = e.get("tid")
-        tkey = tid if type(tid) is str else str(tid)
-        tidx = self.tid_sym.get(tkey)
-        if tidx is None:
-            tidx = self.tid_sym[tkey] = len(self.tid_sym)
-        args = e.get("args")
-        if type(args) is dict:
-            stream = args.get("stream", -1)
-            if type(stream) is not int:
-                stream = _int_or(stream)
-            corr = args.get("correlation", -1)
-            if type(corr) is not int:
-                corr = _int_or(corr)
-            ext = args.get("External id")
-            if ext is None:
-                ext = args.get("external id", -1)
-            if type(ext) is not int:
-                ext = _int_or(ext)
-        else:
-            stream = corr = ext = -1
-        self.index.append(i)
-        self.ts.append(ts)
-        self.dur.append(dur)
-        self.name.append(nid)
-        self.cat.append(cid)
-        self.stream.append(stream)
-        self.corr.append(corr)
-        self.ext.append(ext)
-        self.tid.append(tidx)
+            get = e.get
+            ts = get("ts")
+            if type(ts) is not int:
+                flags["ts_float"] = True
+                if type(ts) is not float:
+                    return
+            dur = get("dur")
+            cat = get("cat")
+            if dur is None or cat is None or cat == "Trace" or type(dur) not in num or dur != dur:
+                return
+            name = get("name")
+            if type(name) is not str:
+                name = str(name)
+            if type(cat) is not str:
+                cat = str(cat)
+            nid = sym.get(name)
+            if nid is None:
+                nid = sym[name] = len(sym)
+            cid = sym.get(cat)
+            if cid is None:
+                cid = sym[cat] = len(sym)
+            args = get("args")
+            if type(args) is dict:
+                aget = args.get
+                stream = aget("stream", -1)
+                if type(stream) is not int:
+                    stream = _int_or(stream)
+                corr = aget("correlation", -1)
+                if type(corr) is not int:
+                    corr = _int_or(corr)
+                ext = aget("External id")
+                if ext is None:
+                    ext = aget("external id", -1)
+                if type(ext) is not int:
+                    ext = _int_or(ext)
+            else:
+                stream = corr = ext = -1
+            a_index(i)
+            a_ts(ts)
+            a_dur(dur)
+            a_name(nid)
+            a_cat(cid)
+            a_stream(stream)
+            a_corr(corr)
+            a_ext(ext)
+        return add
 
 
 def _downcast_int(a: np.ndarray) -> np.ndarray:
@@ -299,7 +303,13 @@ def _read_array(text: _Text, col: _Collector) -> None:
         text.pos += 1
         return
     add = col.add
+    single = 0  # events left to decode one by one after a failed batch
     while True:
+        if single <= 0:
+            if _batch(text, add):
+                continue
+            single = 256
+        single -= 1
         add(text.value())
         c = text.skip_ws()
         text.pos += 1
@@ -307,6 +317,29 @@ def _read_array(text: _Text, col: _Collector) -> None:
             return
         if c != ",":
             raise text.error("truncated JSON" if c == "" else f"invalid JSON in traceEvents: unexpected {c!r}")
+
+
+def _batch(text: _Text, add) -> bool:
+    """Decode many events with one ``json.loads``: from the cursor (an event start) up to the last
+    ``},`` in the buffer. A cut inside a string or a nested value cannot parse, so a successful
+    parse always ends on an event boundary. False when no batch could be taken."""
+    if len(text.buf) - text.pos < (1 << 16) and not text.eof:
+        text.more()
+    buf, pos = text.buf, text.pos
+    cut = len(buf)
+    for _ in range(4):
+        cut = buf.rfind("},", pos, cut)
+        if cut <= pos:
+            return False
+        try:
+            events = json.loads("[" + buf[pos:cut + 1] + "]")
+        except json.JSONDecodeError:
+            continue
+        for e in events:
+            add(e)
+        text.pos = cut + 2
+        return True
+    return False
 
 
 def _finish(path: str, rank: int, col: _Collector, meta: dict) -> RankEvents:
@@ -323,9 +356,6 @@ def _finish(path: str, rank: int, col: _Collector, meta: dict) -> RankEvents:
     names = [None] * len(col.sym)
     for s, i in col.sym.items():
         names[i] = s
-    tids = [None] * len(col.tid_sym)
-    for s, i in col.tid_sym.items():
-        tids[i] = s
     return RankEvents(
         path=path, rank=rank,
         index=np.frombuffer(col.index, dtype=np.int64),
@@ -334,7 +364,6 @@ def _finish(path: str, rank: int, col: _Collector, meta: dict) -> RankEvents:
         stream=np.frombuffer(col.stream, dtype=np.int64),
         correlation=np.frombuffer(col.corr, dtype=np.int64),
         external_id=np.frombuffer(col.ext, dtype=np.int64),
-        tid=np.frombuffer(col.tid, dtype=np.int32),
-        names=names, tids=tids, meta=meta, ts_rounded=col.ts_float,
+        names=names, meta=meta, ts_rounded=col.ts_float,
     )
 

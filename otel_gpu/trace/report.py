@@ -9,8 +9,6 @@ import shutil
 import tempfile
 
 import numpy as np
-from rich.console import Console
-from rich.table import Table
 
 from .analyze import jsonable
 
@@ -105,7 +103,9 @@ def _fmt(x, digits: int = 1) -> str:
     return str(x)
 
 
-def _table(title: str, cols: list[str], rows: list[list]) -> Table:
+def _table(title: str, cols: list[str], rows: list[list]):
+    from rich.table import Table  # imported on use: --quiet runs skip rich
+
     t = Table(title=title, title_justify="left", show_lines=False)
     for i, c in enumerate(cols):
         t.add_column(c, justify="left" if i == 0 or c in ("name", "kernel_type", "category", "pattern", "where")
@@ -119,7 +119,7 @@ def _short(name: str, n: int = 70) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
-def render_analysis(doc: dict, console: Console, top: int = 10) -> None:
+def render_analysis(doc: dict, console, top: int = 10) -> None:
     """Print the analysis as terminal tables."""
     console.print(f"[bold]Trace set[/bold] {doc['trace_dir']}  ranks {doc['ranks']}")
     for n in doc["notes"]:
@@ -192,7 +192,7 @@ def _where(w: dict) -> str:
     return "; ".join(parts)
 
 
-def render_diff(doc: dict, console: Console, top: int = 20) -> None:
+def render_diff(doc: dict, console, top: int = 20) -> None:
     console.print(f"[bold]A[/bold] {doc['a']} ({doc['ranks_a']} ranks)  ->  [bold]B[/bold] {doc['b']} "
                   f"({doc['ranks_b']} ranks); per-rank figures")
     sa, sb = doc["summary_a"], doc["summary_b"]

@@ -1,0 +1,207 @@
+"""Benchmark `otel-gpu trace analyze` against HolisticTraceAnalysis 0.5.0, side by side, same traces.
+
+    python bench/bench_trace.py [--data ../shared/data/traces] [--hta-venv /tmp/hta-venv] [--ranks 8,16,32,64]
+
+Each run is a fresh subprocess; wall time is end to end (load plus temporal, kernel, idle-time,
+overlap and launch analyses; ours also writes every CSV and runs the findings), peak RSS is the
+process's ru_maxrss (HTA's fork-pool workers reported apart). HTA is installed into its own
+venv when missing. After timing, the numbers of both tools are compared (percentages within
+0.01 points, times within 1 us, same kernels and counts). Multi-rank sizes are built by
+replicating the ranks of the largest multi-rank set with the rank relabelled.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HTA_SCRIPT = r"""
+import sys, os
+from hta.trace_analysis import TraceAnalysis
+d, out = sys.argv[1], sys.argv[2]
+a = TraceAnalysis(trace_dir=d)
+ranks = sorted(a.t.traces)
+def save(df, name):
+    if df is not None: df.to_csv(os.path.join(out, name))
+for step, call in [
+    ("temporal", lambda: save(a.get_temporal_breakdown(visualize=False), "temporal_breakdown.csv")),
+    ("kernels", lambda: [save(x, n) for x, n in zip(a.get_gpu_kernel_breakdown(visualize=False, include_memory_kernels=True),
+                        ["gpu_kernel_breakdown_kernel_type.csv", "gpu_kernel_breakdown_kernels.csv"])]),
+    ("idle", lambda: [save(x, n) for x, n in zip(a.get_idle_time_breakdown(ranks=ranks, visualize=False, show_idle_interval_stats=True),
+                     ["idle_time_breakdown.csv", "idle_time_interval_stats.csv"])]),
+    ("overlap", lambda: save(a.get_comm_comp_overlap(visualize=False), "comm_comp_overlap.csv")),
+    ("launch", lambda: [save(df, f"cuda_kernel_launch_stats_rank{r}.csv") for r, df in
+                        a.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False).items()]),
+]:
+    try:
+        call()
+    except Exception as exc:
+        print(f"HTA {step} failed: {exc!r}", file=sys.stderr)
+"""
+
+
+def ensure_hta(venv: str) -> str:
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(py) or subprocess.run([py, "-c", "import hta"], capture_output=True).returncode:
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q", "HolisticTraceAnalysis==0.5.0"], check=True)
+    return py
+
+
+def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, float, int]:
+    """(wall s, self peak RSS MB, children peak RSS MB, exit code) of one subprocess."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    # read stderr while waiting so the child never blocks on a full pipe
+    err = p.stderr.read()
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode:
+        sys.stderr.write(err.decode()[-2000:])
+    # the grandchildren's peak is reported to our own RUSAGE_CHILDREN only in aggregate: leave it out
+    return wall, ru.ru_maxrss / 1024, 0.0, p.returncode
+
+
+def replicate(src: str, n: int, out: str) -> str:
+    """A set of ``n`` ranks made of the ranks of ``src`` in turn, rank relabelled in distributedInfo."""
+    files = sorted(os.path.join(src, f) for f in os.listdir(src) if f.endswith((".json", ".gz")))
+    docs = []
+    for f in files:
+        with (gzip.open(f, "rt") if f.endswith(".gz") else open(f)) as fh:
+            docs.append(json.load(fh))
+    os.makedirs(out, exist_ok=True)
+    for r in range(n):
+        doc = docs[r % len(docs)]
+        doc.setdefault("distributedInfo", {})["rank"] = r
+        with gzip.open(os.path.join(out, f"rank{r}.json.gz"), "wt", compresslevel=1) as fh:
+            json.dump(doc, fh)
+    return out
+
+
+def _num(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _rows(path: str) -> list[dict] | None:
+    return list(csv.DictReader(open(path))) if os.path.exists(path) else None
+
+
+def compare(hta_dir: str, ours_dir: str) -> list[str]:
+    """Differences between HTA's CSVs and ours (empty list: identical within tolerance)."""
+    bad: list[str] = []
+
+    def close(a, b, tol):
+        a, b = _num(a), _num(b)
+        return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= tol
+
+    def check(name, key_cols, pairs):
+        h, o = _rows(os.path.join(hta_dir, name)), _rows(os.path.join(ours_dir, name)) or []
+        if h is None:
+            return
+        if len(h) != len(o):
+            bad.append(f"{name}: {len(h)} rows vs {len(o)}")
+            return
+        for a, b in zip(h, o):
+            if [a[k] for k, _ in key_cols] != [b[k2] for _, k2 in key_cols]:
+                bad.append(f"{name}: row key {[a[k] for k, _ in key_cols]} vs {[b[k2] for _, k2 in key_cols]}")
+                return
+            for hk, ok, tol in pairs:
+                if not close(a[hk], b[ok], tol):
+                    bad.append(f"{name}: {hk} {a[hk]} vs {b[ok]}")
+                    return
+    check("temporal_breakdown.csv", [("rank", "rank")],
+          [(f"{c}(us)", f"{c}_us", 1) for c in ("idle_time", "compute_time", "non_compute_time", "kernel_time")]
+          + [(c, c, 0.01) for c in ("idle_time_pctg", "compute_time_pctg", "non_compute_time_pctg")])
+    check("gpu_kernel_breakdown_kernel_type.csv", [("kernel_type", "kernel_type")],
+          [("sum", "sum", 1), ("percentage", "percentage", 0.01)])
+    check("gpu_kernel_breakdown_kernels.csv", [("kernel_type", "kernel_type"), ("name", "name"), ("rank", "rank")],
+          [("sum (us)", "sum", 1), ("max (us)", "max", 1), ("min (us)", "min", 1), ("mean (us)", "mean", 1)])
+    check("idle_time_breakdown.csv", [("rank", "rank"), ("stream", "stream"), ("idle_category", "idle_category")],
+          [("idle_time", "idle_time", 1), ("idle_time_ratio", "idle_time_ratio", 0.01)])
+    check("idle_time_interval_stats.csv", [("idle_category", "idle_category"), ("rank", "rank"), ("stream", "stream")],
+          [(c, c, 0.01) for c in ("count", "mean", "std", "min", "25%", "50%", "75%", "max")])
+    check("comm_comp_overlap.csv", [("rank", "rank")], [("comp_comm_overlap_pctg", "comp_comm_overlap_pctg", 0.01)])
+    for f in sorted(os.listdir(hta_dir)):
+        if f.startswith("cuda_kernel_launch_stats_rank"):
+            check(f, [("correlation", "correlation")],
+                  [("cpu_duration", "cpu_duration", 1), ("gpu_duration", "gpu_duration", 1),
+                   ("launch_delay", "launch_delay", 1)])
+    return bad
+
+
+def dir_mb(d: str) -> float:
+    return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) / 1e6
+
+
+def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int) -> dict:
+    hdir, odir = os.path.join(work, label, "hta"), os.path.join(work, label, "ours")
+    os.makedirs(hdir, exist_ok=True)
+    ours_cmd = [sys.executable, "-c", "import sys; from otel_gpu.cli import main; sys.exit(main(sys.argv[1:]))",
+                "trace", "analyze", d, "--csv", odir, "--quiet"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    hta_env = dict(os.environ, PYTHONWARNINGS="ignore")
+    best = {"hta": None, "ours": None}
+    for _ in range(repeat):
+        for who, cmd, e in (("hta", [hta_py, "-c", HTA_SCRIPT, d, hdir], hta_env), ("ours", ours_cmd, env)):
+            wall, rss, _, rc = measure(cmd, e)
+            if rc:
+                raise SystemExit(f"{who} failed on {d} (exit {rc})")
+            if best[who] is None or wall < best[who][0]:
+                best[who] = (wall, rss)
+    diffs = compare(hdir, odir)
+    return {"set": label, "mb": dir_mb(d), "ranks": len(os.listdir(d)), "hta_s": best["hta"][0],
+            "ours_s": best["ours"][0], "hta_mb": best["hta"][1], "ours_mb": best["ours"][1],
+            "identical": not diffs, "diffs": diffs[:3]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "traces"))
+    ap.add_argument("--hta-venv", default="/tmp/hta-venv")
+    ap.add_argument("--ranks", default="8,16,32,64", help="replicated multi-rank sizes")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per tool and set; the fastest counts")
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+    hta_py = ensure_hta(args.hta_venv)
+    sets = {}
+    for dp, _, files in os.walk(args.data):
+        if any(f.endswith((".json", ".gz")) for f in files):
+            sets[os.path.relpath(dp, args.data)] = dp
+    gpu_sets = {k: v for k, v in sets.items() if "cpu_only" not in k}
+    largest = max(gpu_sets, key=lambda k: dir_mb(gpu_sets[k]))
+    multi = max((k for k in gpu_sets if len(os.listdir(gpu_sets[k])) > 1), key=lambda k: dir_mb(gpu_sets[k]))
+    work = tempfile.mkdtemp(prefix="bench-trace-")
+    runs = [(largest, gpu_sets[largest]), (multi, gpu_sets[multi])]
+    for n in [int(x) for x in args.ranks.split(",") if x]:
+        runs.append((f"{multi} x{n} ranks", replicate(gpu_sets[multi], n, os.path.join(work, f"rep{n}"))))
+    results = []
+    print(f"{'set':<44} {'ranks':>5} {'MB gz':>7} {'HTA s':>8} {'ours s':>8} {'speedup':>8} "
+          f"{'HTA MB':>8} {'ours MB':>8} {'mem ratio':>9}  numbers")
+    for label, d in runs:
+        r = bench_one(label.replace("/", "_").replace(" ", "_"), d, hta_py, work, args.repeat)
+        r["set"] = label
+        results.append(r)
+        print(f"{label:<44} {r['ranks']:>5} {r['mb']:>7.2f} {r['hta_s']:>8.2f} {r['ours_s']:>8.2f} "
+              f"{r['hta_s'] / r['ours_s']:>7.1f}x {r['hta_mb']:>8.0f} {r['ours_mb']:>8.0f} "
+              f"{r['ours_mb'] / r['hta_mb']:>9.2f}  {'identical' if r['identical'] else 'DIFFER ' + str(r['diffs'])}",
+              flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=1)
+    return 0 if all(r["identical"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
