@@ -1,0 +1,42 @@
+"""DeepSpeed ZeRO-3 on CPU (gloo), a tiny model; launched with 2 ranks by torchrun under `otel-gpu run`.
+
+No otel-gpu code here: the engine is instrumented through `otel-gpu run`. `--explicit`
+calls `otel_gpu.training.deepspeed.instrument(engine)` instead (same result).
+"""
+import os
+import sys
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+import deepspeed  # noqa: E402
+import torch  # noqa: E402
+
+CONFIG = {
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 2,
+    "optimizer": {"type": "SGD", "params": {"lr": 0.01}},
+    "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0},
+    "zero_allow_untested_optimizer": True,
+    "steps_per_print": 1000,
+}
+
+
+def main(steps: int, ckpt_dir: str, explicit: bool):
+    deepspeed.init_distributed(dist_backend="gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=CONFIG)
+    if explicit:
+        from otel_gpu.training import deepspeed as ds_telemetry
+        ds_telemetry.instrument(engine)
+    for i in range(steps * CONFIG["gradient_accumulation_steps"]):
+        x, y = torch.randn(4, 32), torch.randn(4, 4)
+        loss = torch.nn.functional.mse_loss(engine(x), y)
+        engine.backward(loss)
+        engine.step()
+    engine.save_checkpoint(ckpt_dir, tag="final")
+    print(f"rank {engine.global_rank} finished", flush=True)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), sys.argv[2], "--explicit" in sys.argv)
