@@ -44,10 +44,10 @@ def measure(interval: float, duration: float, tmp: Path) -> dict[str, dict[str, 
                               "--interval", str(interval), "--prometheus-port", str(agent_port)],
                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     node = NodeExporter(tmpdir=tmp / f"ne-{interval}", collectors=("cpu", "meminfo", "diskstats", "netdev")).start()
-    prom = Prometheus(f"global:\n  scrape_interval: {interval}s\n  scrape_timeout: {interval}s\n",
+    scrape = f"{int(interval * 1000)}ms"
+    prom = Prometheus(f"global:\n  scrape_interval: {scrape}\n  scrape_timeout: {scrape}\n",
                       tmp / f"prom-{interval}").start()
     try:
-        scrape = f"{int(interval * 1000)}ms"
         prom.add_scrape_target("agent", f"127.0.0.1:{agent_port}", interval=scrape)
         prom.add_scrape_target("node", node.host_port, interval=scrape)
         time.sleep(2)   # both warm: imports done, first scrapes served
