@@ -2,9 +2,11 @@
 
     python bench/bench_trace.py [--data ../shared/data/traces] [--hta-venv /tmp/hta-venv] [--ranks 8,16,32,64]
 
+Ours runs as `python -m otel_gpu.trace analyze DIR --csv OUT --quiet` (the trace command alone).
 Each run is a fresh subprocess; wall time is end to end (load plus temporal, kernel, idle-time,
 overlap and launch analyses; ours also writes every CSV and runs the findings), peak RSS is the
-process's ru_maxrss (HTA's fork-pool workers reported apart). HTA is installed into its own
+process tree's ru_maxrss from wait4 (the largest of the process and its reaped workers;
+both tools parse ranks in fork-pool workers, one per core). HTA is installed into its own
 venv when missing. After timing, the numbers of both tools are compared (percentages within
 0.01 points, times within 1 us, same kernels and counts). Multi-rank sizes are built by
 replicating the ranks of the largest multi-rank set with the rank relabelled.
@@ -148,8 +150,7 @@ def dir_mb(d: str) -> float:
 def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int) -> dict:
     hdir, odir = os.path.join(work, label, "hta"), os.path.join(work, label, "ours")
     os.makedirs(hdir, exist_ok=True)
-    ours_cmd = [sys.executable, "-c", "import sys; from otel_gpu.cli import main; sys.exit(main(sys.argv[1:]))",
-                "trace", "analyze", d, "--csv", odir, "--quiet"]
+    ours_cmd = [sys.executable, "-m", "otel_gpu.trace", "analyze", d, "--csv", odir, "--quiet"]
     env = dict(os.environ, PYTHONPATH=ROOT)
     hta_env = dict(os.environ, PYTHONWARNINGS="ignore")
     best = {"hta": None, "ours": None}

@@ -9,8 +9,10 @@ relative to the earliest event of the whole set.
 """
 from __future__ import annotations
 
+import multiprocessing as mp
 import os
 import re
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -144,12 +146,22 @@ def find_trace_files(directory: str) -> list[str]:
     return files
 
 
-def load_events(paths: list[str]) -> tuple[dict[int, RankEvents], list[str]]:
-    """Read every file; rank from the file (HTA's rule), a later file wins on a duplicate rank."""
+def _read_all(paths: list[str], jobs: int | None) -> list[RankEvents]:
+    """Read files, in worker processes (fork) when there are several files and cores."""
+    jobs = min(len(paths), jobs if jobs is not None else (os.cpu_count() or 1))
+    if jobs <= 1 or "fork" not in mp.get_all_start_methods():
+        return [read_trace(p) for p in paths]
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+        return list(pool.map(read_trace, paths))
+
+
+def load_events(paths: list[str], jobs: int | None = None) -> tuple[dict[int, RankEvents], list[str]]:
+    """Read every file (``jobs`` processes, default one per core); rank from the file (HTA's rule),
+    a later file wins on a duplicate rank."""
     out: dict[int, RankEvents] = {}
     notes: list[str] = []
-    for p in paths:
-        ev = read_trace(p)
+    for ev in _read_all(paths, jobs):
+        p = ev.path
         if ev.rank in out:
             notes.append(f"rank {ev.rank} appears in {out[ev.rank].path} and {p}; using {p}")
         out[ev.rank] = ev
@@ -189,9 +201,10 @@ def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None 
     return TraceSet(path, views, notes, filtered)
 
 
-def load_set(directory: str, ranks: list[int] | None = None, include_last_step: bool = False) -> TraceSet:
+def load_set(directory: str, ranks: list[int] | None = None, include_last_step: bool = False,
+             jobs: int | None = None) -> TraceSet:
     """Read and filter a folder of per-rank traces (optionally only some ranks)."""
-    events, notes = load_events(find_trace_files(directory))
+    events, notes = load_events(find_trace_files(directory), jobs)
     if ranks:
         missing = sorted(set(ranks) - set(events))
         if missing:

@@ -1,0 +1,22 @@
+"""`python -m otel_gpu.trace analyze|diff ...`: the trace commands without the other subcommands."""
+import argparse
+import sys
+
+from ..cli import UsageError
+from . import cli
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m otel_gpu.trace")
+    sub = parser.add_subparsers(dest="command", required=True)
+    cli.register(sub)
+    args = parser.parse_args(["trace", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"otel-gpu trace: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
