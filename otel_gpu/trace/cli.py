@@ -10,11 +10,6 @@ import argparse
 import sys
 
 from ..cli import UsageError
-from .analyze import Options, analyze
-from .diff import diff_sets
-from .model import load_set
-from .parse import TraceFormatError
-from .report import csv_files, diff_csv, render_analysis, render_diff, write_outputs
 
 
 def _ranks(text: str) -> list[int]:
@@ -59,6 +54,9 @@ def register(sub) -> None:
 
 
 def _load(path: str, ranks=None, include_last_step: bool = False):
+    from .model import load_set  # numpy-based modules are imported when the command runs
+    from .parse import TraceFormatError
+
     try:
         return load_set(path, ranks, include_last_step)
     except TraceFormatError as exc:
@@ -72,6 +70,9 @@ def _console():
 
 
 def run_analyze(args) -> int:
+    from .analyze import Options, analyze
+    from .report import csv_files, render_analysis, write_outputs
+
     ts = _load(args.dir, args.ranks, args.include_last_step)
     doc = analyze(ts, Options())
     write_outputs(args.json_out, doc, args.csv_dir, csv_files(doc) if args.csv_dir else None)
@@ -81,6 +82,9 @@ def run_analyze(args) -> int:
 
 
 def run_diff(args) -> int:
+    from .diff import diff_sets
+    from .report import diff_csv, render_diff, write_outputs
+
     a = _load(args.a)
     b = _load(args.b)
     doc = diff_sets(a, b)
