@@ -20,6 +20,7 @@ Configuration: `OTELGPU_PYROSCOPE_URL` (server; unset: no profiling), `OTELGPU_P
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -109,11 +110,27 @@ class Profiler:
         if new is not None:
             self._pyroscope.add_thread_tag(PHASE_TAG, new)
 
-    def shutdown(self) -> None:
-        """Stop sampling and push what is left (pyroscope-io returns at once when the server is down)."""
-        if self.running:
-            self.running = False
+    def shutdown(self, timeout_s: float = 2.0) -> bool:
+        """Stop sampling and push what is left, waiting at most `timeout_s`.
+
+        pyroscope-io returns at once when the server is down, but waits ~30 s for a
+        server that accepts and never answers: the final push is then given up.
+        Returns True when the agent shut down in time.
+        """
+        if not self.running:
+            return True
+        self.running = False
+        done = threading.Event()
+
+        def stop():
             self._pyroscope.shutdown()
+            done.set()
+
+        threading.Thread(target=stop, name="otelgpu-pyroscope-shutdown", daemon=True).start()
+        if not done.wait(timeout_s):
+            log.warning("otel-gpu: Pyroscope did not answer within %.1f s; last profile dropped", timeout_s)
+            return False
+        return True
 
 
 def start(settings: ProfileSettings | None) -> Profiler | None:
