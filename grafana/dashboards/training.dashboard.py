@@ -1,0 +1,109 @@
+"""Training: step time and throughput, where the step goes (phases), stragglers, checkpoints.
+
+Variables: job, node, rank. Checkpoint starts are annotations. Generate with `otel-gpu dashboards`.
+"""
+from otel_gpu.dashboards.panels import (
+    HIGH_IS_BAD, JOB, JOB_VAR, NODE_VAR, RANK, RANK_VAR, Layout, dashboard, prom_annotation, right_axis, stat,
+    timeseries,
+)
+
+RATE = "$__rate_interval"
+
+
+def mean_step(sel: str) -> str:
+    """Mean step time per rank over the rate window (seconds)."""
+    return (f"sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_sum{{{sel}}}[{RATE}])) / "
+            f"sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_count{{{sel}}}[{RATE}]))")
+
+
+def quantile(q: float) -> str:
+    return (f"histogram_quantile({q}, sum by (le) "
+            f"(rate(otelgpu_train_step_duration_seconds_bucket{{{JOB}}}[{RATE}])))")
+
+
+CKPT = 'otelgpu_train_checkpoints_total{otelgpu_job=~"$job", otelgpu_checkpoint_event="start"}'
+lay = Layout()
+
+lay.row("Step time and throughput")
+lay.add(timeseries(
+    "Step time p50 / p90 / p99, all ranks",
+    "A p99 far above p50 means some steps stall (checkpoints, data loading, a straggler); the bucket edges "
+    "limit precision to about a factor of two.",
+    [(quantile(0.5), "p50"), (quantile(0.9), "p90"), (quantile(0.99), "p99")],
+    "s", fill=0), w=12)
+lay.add(timeseries(
+    "Throughput: samples/s and tokens/s",
+    "What the job delivers: a drop with unchanged step time means fewer samples per step, a drop with longer "
+    "steps means something slowed down.",
+    [(f"sum(rate(otelgpu_train_samples_total{{{JOB}}}[{RATE}]))", "samples/s"),
+     (f"sum(rate(otelgpu_train_tokens_total{{{JOB}}}[{RATE}]))", "tokens/s")],
+    "short", overrides=[right_axis("tokens/s", "short")], fill=0), w=12)
+lay.add(timeseries(
+    "Step time per rank",
+    "Every collective waits for the slowest rank: one line above the rest is a straggler.",
+    [(mean_step(RANK), "rank {{otelgpu_rank}}")], "s", fill=0), w=24)
+
+lay.row("Where does the step go?")
+lay.add(timeseries(
+    "Phase breakdown, share of wall time (mean over ranks)",
+    "Forward, backward and optimizer should fill the bar; data_wait or checkpoint taking a visible share "
+    "is time the GPUs idle.",
+    [(f"avg by (otelgpu_phase) (rate(otelgpu_train_phase_time_seconds_total{{{RANK}}}[{RATE}]))",
+      "{{otelgpu_phase}}")],
+    "percentunit", stack=True, max_value=1, calcs=("mean",), fill=60), w=12, h=9)
+lay.add(timeseries(
+    "Input wait (data_wait) per rank",
+    "Share of wall time a rank waits for its next batch: above a few percent the input pipeline is the bottleneck.",
+    [(f'rate(otelgpu_train_phase_time_seconds_total{{{RANK}, otelgpu_phase="data_wait"}}[{RATE}])',
+      "rank {{otelgpu_rank}}")],
+    "percentunit", thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 0.05},
+                               {"color": "red", "value": 0.15}], fill=0), w=12, h=9)
+
+lay.row("Stragglers")
+lay.add(timeseries(
+    "Slowest and fastest rank per interval",
+    "Which rank is slowest at each moment: the same rank every time is a hardware or placement problem, "
+    "a changing one is noise or data skew.",
+    [(f"topk(1, {mean_step(JOB)})", "slowest: rank {{otelgpu_rank}}"),
+     (f"bottomk(1, {mean_step(JOB)})", "fastest: rank {{otelgpu_rank}}")],
+    "s", calcs=("mean", "max"), fill=0), w=12)
+lay.add(stat(
+    "Slowest rank's step time over the fastest's",
+    "How much longer the slowest rank's steps are: every other rank waits that long at each collective.",
+    [(f"max({mean_step(JOB)}) / min({mean_step(JOB)}) - 1", "slower by")],
+    "percentunit", thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 0.05},
+                               {"color": "red", "value": 0.15}]), w=6)
+lay.add(stat(
+    "Steps behind the leading rank",
+    "Steps completed by the leading rank minus this rank's: above zero for long, the rank is stuck or restarting.",
+    [(f"scalar(max(otelgpu_train_steps_total{{{JOB}}})) - otelgpu_train_steps_total{{{RANK}}}",
+      "rank {{otelgpu_rank}}")],
+    "short", thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}], calc="lastNotNull",
+    instant=True), w=6)
+
+lay.row("Checkpoints")
+lay.add(timeseries(
+    "Checkpoint time, share of wall time per rank",
+    "Time the ranks spend saving: GPUs idle for all of it unless the save is asynchronous.",
+    [(f'rate(otelgpu_train_phase_time_seconds_total{{{RANK}, otelgpu_phase="checkpoint"}}[{RATE}])',
+      "rank {{otelgpu_rank}}")],
+    "percentunit", thresholds=HIGH_IS_BAD, fill=0), w=12)
+lay.add(stat(
+    "Checkpoints in progress",
+    "Saves started but not finished: stuck above zero means a hung save (full filesystem, dead storage mount).",
+    [(f'sum({CKPT}) - sum(otelgpu_train_checkpoints_total{{otelgpu_job=~"$job", otelgpu_checkpoint_event="end"}})',
+      "in progress")],
+    "short", thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}], calc="lastNotNull"),
+    w=12)
+
+checkpoints = prom_annotation(
+    "Checkpoint started",
+    # a save started in the last minute: the counter grew, or its series appeared (first save)
+    f"(increase({CKPT}[1m]) > 0) or ({CKPT} unless {CKPT} offset 1m)",
+    "checkpoint", "rank {{otelgpu_rank}} on {{host_name}}")
+
+dashboard = dashboard(
+    "otelgpu-training", "otel-gpu / Training",
+    "Step time and throughput per job, the phase breakdown of each step, the slowest and fastest rank, "
+    "and checkpoints (annotations).",
+    lay, [JOB_VAR, NODE_VAR, RANK_VAR], tags=["training"], annotations=[checkpoints])

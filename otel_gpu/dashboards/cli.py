@@ -1,0 +1,65 @@
+"""`otel-gpu dashboards`: regenerate the Grafana dashboards from code, or check the committed JSON."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HELP = """Regenerate grafana/dashboards/*.json from the *.dashboard.py definitions next to them.
+
+  otel-gpu dashboards                 write the JSON next to the definitions
+  otel-gpu dashboards --out DIR       write it to DIR instead
+  otel-gpu dashboards --check         exit 1 when the JSON in --out differs from the code
+  otel-gpu dashboards --list-queries  print every PromQL / Pyroscope query (tab-separated)
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("dashboards", help="generate the Grafana dashboards (grafanalib)",
+                              description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--src", type=Path, default=None,
+                   help="folder holding *.dashboard.py (default: grafana/dashboards of this source tree)")
+    p.add_argument("--out", type=Path, default=None, help="where the JSON goes (default: --src)")
+    p.add_argument("--check", action="store_true", help="write nothing; exit 1 when the JSON differs")
+    p.add_argument("--list-queries", action="store_true", help="print every query the dashboards run")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ..cli import UsageError
+
+    try:
+        from . import build
+    except ImportError as exc:  # grafanalib is the `dashboards` extra
+        raise UsageError(f"{exc.name or exc} is not installed (pip install 'otel-gpu[dashboards]')") from None
+    src = args.src or build.default_dir()
+    if not src.is_dir():
+        raise UsageError(f"{src}: no such folder (give --src)")
+    if not build.definitions(src):
+        raise UsageError(f"{src}: no *{build.SUFFIX} files")
+    out = args.out or src
+    try:
+        generated = build.generate(src)
+    except build.DefinitionError as exc:
+        print(f"otel-gpu dashboards: {exc}", file=sys.stderr)
+        return 1
+    if args.list_queries:
+        from .queries import queries
+
+        for gen in generated:
+            for q in queries(json.loads(gen.text)):
+                print(f"{q.dashboard}\t{q.where}\t{q.kind}\t{q.expr}" + (f"\t{q.label}" if q.label else ""))
+        return 0
+    if args.check:
+        problems = build.differences(generated, out)
+        for line in problems:
+            print(line, file=sys.stderr)
+        if problems:
+            print("otel-gpu dashboards: run `otel-gpu dashboards` and commit the JSON", file=sys.stderr)
+            return 1
+        print(f"{len(generated)} dashboards match their definitions")
+        return 0
+    for path in build.write(generated, out):
+        print(path)
+    return 0
