@@ -125,9 +125,9 @@ lay.add(timeseries(
 lay.row("Ranks on this node")
 lay.add(timeseries(
     "CPU per rank process",
-    "In cores: a rank pinned at 1.0 is bound by one Python thread (data loading, the launch loop).",
+    "100% is one core: a rank pinned at 100% is bound by one Python thread (data loading, the launch loop).",
     [(f"process_cpu_utilization_ratio{{{RANK}}}", "rank {{otelgpu_rank}} pid {{process_pid}}")],
-    "short", fill=0), w=8)
+    "percentunit", fill=0), w=8)
 lay.add(timeseries(
     "Resident memory per rank process",
     "Steady growth across steps is a host-memory leak (pinned buffers, cached batches).",
