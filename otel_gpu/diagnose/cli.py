@@ -1,0 +1,155 @@
+"""`otel-gpu diagnose`: name the bottleneck of a training job's window, with evidence.
+
+Reads the window's metrics from Prometheus (or VictoriaMetrics), and profiles from Pyroscope
+when given, and prints findings ranked by the time at stake. Exit status: 0 diagnosed (whatever
+was found), 1 nothing to diagnose or a server failed, 2 bad flags or threshold file.
+
+Times (--from/--to): unix seconds, ISO 8601 (2025-01-31T10:00:00Z), `now` or `now-2h`.
+Durations (--last): 90s, 15m, 1h, 2d. Thresholds: see docs/diagnose.md (TOML or YAML file).
+The Grafana token may come from OTELGPU_GRAFANA_TOKEN instead of the command line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+from datetime import datetime, timezone
+
+from ..cli import UsageError
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '15m', '1h', '2d', '1h30m' or plain seconds -> seconds (> 0)."""
+    s = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", s):
+        value = float(s)
+    else:
+        parts = re.findall(r"(\d+(?:\.\d+)?)([smhdw])", s)
+        if not parts or "".join(a + b for a, b in parts) != s:
+            raise UsageError(f"duration {text!r}: expected e.g. 90s, 15m, 1h, 2d")
+        value = sum(float(a) * _UNITS[b] for a, b in parts)
+    if value <= 0:
+        raise UsageError(f"duration {text!r} must be positive")
+    return value
+
+
+def parse_time(text: str, now: float) -> float:
+    """Unix seconds, ISO 8601 (naive = UTC), 'now' or 'now-<duration>' -> unix seconds."""
+    s = text.strip()
+    if s == "now":
+        return now
+    if s.startswith("now-"):
+        return now - parse_duration(s[4:])
+    try:
+        return float(s)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        raise UsageError(f"time {text!r}: expected unix seconds, ISO 8601 or now-1h") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def window_bounds(args, now: float) -> tuple[float, float]:
+    if args.last and (args.from_ or args.to):
+        raise UsageError("give either --last or --from/--to, not both")
+    if args.from_ or args.to:
+        if not args.from_:
+            raise UsageError("--to needs --from")
+        start = parse_time(args.from_, now)
+        end = parse_time(args.to, now) if args.to else now
+    else:
+        end = now
+        start = end - parse_duration(args.last or "1h")
+    if end <= start:
+        raise UsageError("the window is empty: --to must be after --from")
+    return start, end
+
+
+def register(sub) -> None:
+    p = sub.add_parser("diagnose", help="name the bottleneck of a training job, with evidence",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus (or VictoriaMetrics) base URL")
+    p.add_argument("--pyroscope", metavar="URL", help="Pyroscope base URL, for the communication rule")
+    p.add_argument("--pyroscope-app", metavar="NAME", help="Pyroscope service name (default otelgpu.<job>)")
+    p.add_argument("--job", help="the job (otelgpu_job label); default: every series in the window")
+    p.add_argument("--from", dest="from_", metavar="T", help="window start")
+    p.add_argument("--to", metavar="T", help="window end (default now)")
+    p.add_argument("--last", metavar="DUR", help="window of this length ending now (default 1h)")
+    p.add_argument("--json", metavar="OUT", help="write the report as JSON ('-' for stdout)")
+    p.add_argument("--markdown", metavar="OUT", help="write the report as Markdown ('-' for stdout)")
+    p.add_argument("--thresholds", metavar="FILE", help="threshold overrides (.toml, .yaml)")
+    p.add_argument("--gpu-only", action="store_true", help="diagnose node/GPU metrics even without step metrics")
+    p.add_argument("--grafana", metavar="URL", help="also write findings as Grafana annotations")
+    p.add_argument("--grafana-token", metavar="TOKEN", help="Grafana service-account token (or OTELGPU_GRAFANA_TOKEN)")
+    p.add_argument("--grafana-dashboard", metavar="UID", help="attach annotations to this dashboard only")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per server request (default 30)")
+    p.set_defaults(func=run)
+
+
+def _fail(msg: str) -> int:
+    print(f"otel-gpu diagnose: {msg}", file=sys.stderr)
+    return 1
+
+
+def run(args) -> int:
+    from ..promql import PromClient, PromError
+    from . import diagnose, report as rp
+    from .annotations import AnnotationError, annotation_payloads, post_annotations
+    from .profiles import PyroscopeError, fetch_pyroscope
+    from .thresholds import ThresholdError, load_thresholds
+    from .window import DiagnoseError
+
+    start, end = window_bounds(args, time.time())
+    try:
+        thresholds = load_thresholds(args.thresholds)
+    except ThresholdError as exc:
+        raise UsageError(str(exc)) from None
+    token = args.grafana_token or os.environ.get("OTELGPU_GRAFANA_TOKEN")
+    if args.grafana and not token:
+        raise UsageError("--grafana needs a token: --grafana-token or OTELGPU_GRAFANA_TOKEN")
+    if not args.prometheus.startswith(("http://", "https://")):
+        raise UsageError(f"--prometheus {args.prometheus!r}: expected a URL starting with http:// or https://")
+    profile = None
+    if args.pyroscope:
+        app = args.pyroscope_app or (f"otelgpu.{args.job}" if args.job else "otelgpu.train")
+        try:
+            profile = fetch_pyroscope(args.pyroscope, app, start, end, timeout=args.timeout)
+        except PyroscopeError as exc:
+            return _fail(str(exc))
+    with PromClient(args.prometheus, timeout=args.timeout) as client:
+        try:
+            result = diagnose(client, args.job, start, end, thresholds=thresholds, profile=profile,
+                              require_steps=not args.gpu_only)
+        except (PromError, DiagnoseError) as exc:
+            return _fail(str(exc))
+    d = result.as_dict()
+    outputs = {"json": json.dumps(d, indent=1, default=str) + "\n", "markdown": rp.markdown(d)}
+    to_stdout = False
+    for kind in ("json", "markdown"):
+        path = getattr(args, kind)
+        if path == "-":
+            sys.stdout.write(outputs[kind])
+            to_stdout = True
+        elif path:
+            try:
+                rp.write_atomic(path, outputs[kind])
+            except OSError as exc:
+                return _fail(f"cannot write {path}: {exc.strerror or exc}")
+    if not to_stdout:
+        sys.stdout.write(rp.text(d))
+    if args.grafana:
+        try:
+            n = post_annotations(args.grafana, token, annotation_payloads(d, args.grafana_dashboard), args.timeout)
+        except AnnotationError as exc:
+            return _fail(str(exc))
+        print(f"otel-gpu diagnose: {n} annotation(s) written to {args.grafana}", file=sys.stderr)
+    return 0

@@ -1,0 +1,173 @@
+"""The PromQL behind a diagnosis window: few queries, aggregated on the server (pure builders).
+
+Each builder returns one expression that unions several statistics (`a or b or ...`), every
+part tagged by a `q` label (`label_replace`), so a whole family of numbers costs one request.
+Unit-1 gauges are selected under both Prometheus forms (`hw_gpu_utilization_ratio` from the
+OTLP translation, `hw_gpu_utilization` from the agent's scrape endpoint) with one regex.
+"""
+from __future__ import annotations
+
+from .. import names as N
+from ..readings import MetricSpec
+
+Q = "otelgpu_q"   # the tag label; never a real label of ours
+THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake")
+TIMELINE_PHASES = ("checkpoint", "eval", "data_wait")
+# loopback and virtual interfaces (and series without an interface: InfiniBand ports) left out
+VIRTUAL_IFACES = "!~|lo|docker.*|veth.*|virbr.*|br-.*|cni.*|flannel.*"
+
+GPU_BY = "host_name, hw_id, otelgpu_gpu_index"
+RANK_BY = "host_name, otelgpu_rank"
+NODE_BY = "host_name"
+
+
+def label(key: str) -> str:
+    """An attribute key as a Prometheus label (`host.name` -> `host_name`)."""
+    return key.replace(".", "_")
+
+
+def prom_names(spec: MetricSpec) -> list[str]:
+    """The Prometheus names a spec may have: OTLP form first, then the scrape-endpoint form."""
+    forms = [spec.prometheus_name(), spec.prometheus_name(unit_suffix=False)]
+    return list(dict.fromkeys(forms))
+
+
+def quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def regex_quote(value: str) -> str:
+    """A literal for use inside a `=~` matcher."""
+    special = set(".^$*+?()[]{}|\\")
+    return "".join("\\" + c if c in special else c for c in value)
+
+
+def selector(spec: MetricSpec | str, base: str, suffix: str = "", **matchers: str) -> str:
+    """`name{base, k="v"}`; `base` is a ready matcher list (`otelgpu_job="x"`); values starting
+    with `~` or `!~` / `!=` are regex / negated matchers."""
+    parts = [base] if base else []
+    for k, v in matchers.items():
+        op = "="
+        for prefix in ("!~", "!=", "~"):
+            if v.startswith(prefix):
+                op, v = ("=~" if prefix == "~" else prefix), v[len(prefix):]
+                break
+        parts.append(f"{k}{op}{quote(v)}")
+    if isinstance(spec, str):
+        return f"{spec}{suffix}{{{', '.join(parts)}}}"
+    forms = [n + suffix for n in prom_names(spec)]
+    if len(forms) == 1:
+        return f"{forms[0]}{{{', '.join(parts)}}}"
+    name = "|".join(regex_quote(f) for f in forms)
+    return f"{{{', '.join([f'__name__=~{quote(name)}', *parts])}}}"
+
+
+def job_matcher(job: str | None) -> str:
+    return f"otelgpu_job={quote(job)}" if job else ""
+
+
+def hosts_matcher(hosts: list[str]) -> str:
+    return "host_name=~" + quote("|".join(regex_quote(h) for h in sorted(set(hosts))))
+
+
+def union(parts: dict[str, str]) -> str:
+    """`label_replace(e1, "otelgpu_q", "k1", "", "") or ...`; a `$1` in a key takes a label value
+    (key "phase:otelgpu_phase" tags with the phase label)."""
+    out = []
+    for key, expr in parts.items():
+        if ":" in key:
+            prefix, src = key.split(":", 1)
+            out.append(f'label_replace({expr}, "{Q}", "{prefix}_$1", "{src}", "(.*)")')
+        else:
+            out.append(f'label_replace({expr}, "{Q}", "{key}", "", "")')
+    return " or ".join(out)
+
+
+def dur(seconds: float) -> str:
+    return f"{max(1, int(round(seconds)))}s"
+
+
+def delta(sel: str, w: str) -> str:
+    """Increase of a counter over the window without extrapolation: the last value minus the value
+    at the window start, or the last value when the series started inside the window."""
+    return f"(last_over_time({sel}[{w}]) - {sel} offset {w}) or last_over_time({sel}[{w}])"
+
+
+def rank_summary(job_sel: str, w: float, res: float) -> str:
+    """Per rank (host_name, otelgpu_rank): steps, step time, phase seconds, sample count and span."""
+    W, R = dur(w), dur(res)
+    steps = selector(N.TRAIN_STEPS.prometheus_name(), job_sel)
+    hist = N.TRAIN_STEP_DURATION.prometheus_name()
+    phase = selector(N.TRAIN_PHASE_TIME.prometheus_name(), job_sel)
+    return union({
+        "steps": f"sum by ({RANK_BY}) ({delta(steps, W)})",
+        "step_sum": f"sum by ({RANK_BY}) ({delta(selector(hist, job_sel, '_sum'), W)})",
+        "step_count": f"sum by ({RANK_BY}) ({delta(selector(hist, job_sel, '_count'), W)})",
+        "phase:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({delta(phase, W)})",
+        "n": f"max by ({RANK_BY}) (count_over_time({steps}[{W}]))",
+        "t0": f"min by ({RANK_BY}) (min_over_time(timestamp({steps})[{W}:{R}]))",
+        "t1": f"max by ({RANK_BY}) (max_over_time(timestamp({steps})[{W}:{R}]))",
+    })
+
+
+def gpu_summary(agent_sel: str, w: float, res: float) -> str:
+    """Per GPU (host_name, hw_id, otelgpu_gpu_index): means, peaks, throttle shares, span, ranks."""
+    W, R = dur(w), dur(res)
+    mem = selector(N.GPU_MEMORY_USAGE, agent_sel)
+    clock = selector(N.GPU_CLOCK, agent_sel, otelgpu_clock_domain="sm")
+    reasons = selector(N.GPU_CLOCK_EVENT, agent_sel, otelgpu_clock_event_reason="~" + "|".join(THROTTLE_REASONS))
+    g = f"by ({GPU_BY})"
+    return union({
+        "util": f"avg {g} (avg_over_time({selector(N.GPU_UTILIZATION, agent_sel)}[{W}]))",
+        "sm": f"avg {g} (avg_over_time({selector(N.GPU_SM_ACTIVITY, agent_sel)}[{W}]))",
+        "power": f"avg {g} (avg_over_time({selector(N.GPU_POWER, agent_sel)}[{W}]))",
+        "power_limit": f"max {g} (max_over_time({selector(N.GPU_POWER_LIMIT, agent_sel)}[{W}]))",
+        "temp": f"avg {g} (avg_over_time({selector(N.GPU_TEMPERATURE, agent_sel)}[{W}]))",
+        "temp_max": f"max {g} (max_over_time({selector(N.GPU_TEMPERATURE, agent_sel)}[{W}]))",
+        "clock": f"avg {g} (avg_over_time({clock}[{W}]))",
+        "clock_max": f"max {g} (max_over_time({clock}[{W}]))",
+        "mem_used": f"max {g} (max_over_time({mem}[{W}]))",
+        "mem_limit": f"max {g} (max_over_time({selector(N.GPU_MEMORY_LIMIT, agent_sel)}[{W}]))",
+        "throttle:otelgpu_clock_event_reason": f"avg by ({GPU_BY}, otelgpu_clock_event_reason) (avg_over_time({reasons}[{W}]))",
+        "rank:otelgpu_rank": f"max by ({GPU_BY}, otelgpu_rank) (max_over_time({selector(N.GPU_PROCESS_MEMORY, agent_sel)}[{W}]))",
+        "n": f"max {g} (count_over_time({mem}[{W}]))",
+        "t0": f"min {g} (min_over_time(timestamp({mem})[{W}:{R}]))",
+        "t1": f"max {g} (max_over_time(timestamp({mem})[{W}:{R}]))",
+    })
+
+
+def node_summary(agent_sel: str, w: float) -> str:
+    """Per node (host_name): CPU, memory and swap, NIC/IB errors and throughput vs link, disk writes."""
+    W = dur(w)
+    h = f"by ({NODE_BY})"
+    ib_io = selector(N.IB_IO, agent_sel)
+    eth_io = selector(N.NET_IO, agent_sel, network_interface_name=VIRTUAL_IFACES)
+    limit = N.NET_LIMIT
+    return union({
+        "cpu_busy": f"1 - avg {h} (avg_over_time({selector(N.CPU_UTILIZATION, agent_sel, cpu_mode='idle')}[{W}]))",
+        "mem_used": f"max {h} (max_over_time({selector(N.MEMORY_UTILIZATION, agent_sel)}[{W}]))",
+        "swap_used": f"max {h} (max_over_time({selector(N.PAGING_USAGE, agent_sel, system_paging_state='used')}[{W}]))",
+        "swap_rate": f"sum {h} (rate({selector(N.PAGING_OPERATIONS, agent_sel)}[{W}]))",
+        "nic_errors": f"sum {h} ({delta(selector(N.NET_ERRORS, agent_sel), W)})",
+        "ib_errors": f"sum {h} ({delta(selector(N.IB_ERRORS, agent_sel), W)})",
+        "ib_rate": f"max {h} (sum by ({NODE_BY}, network_io_direction) (rate({ib_io}[{W}])))",
+        "ib_limit": f"sum {h} (max by ({NODE_BY}, otelgpu_ib_device, otelgpu_ib_port) (max_over_time({selector(limit, agent_sel, otelgpu_ib_device='~.+')}[{W}])))",
+        "eth_rate": f"max {h} (sum by ({NODE_BY}, network_io_direction) (rate({eth_io}[{W}])))",
+        "eth_limit": f"sum {h} (max by ({NODE_BY}, network_interface_name) (max_over_time({selector(limit, agent_sel, network_interface_name=VIRTUAL_IFACES)}[{W}])))",
+        "disk_write": f"sum {h} (rate({selector(N.DISK_IO, agent_sel, disk_io_direction='write')}[{W}]))",
+    })
+
+
+def timeline(job_sel: str, agent_sel: str, smooth: float) -> str:
+    """Job-wide series over time (range query): GPU activity, step rate, phase occupancy, disk
+    writes, peak node interconnect rate. `smooth` is the averaging range in seconds."""
+    S = dur(smooth)
+    phases = selector(N.TRAIN_PHASE_TIME.prometheus_name(), job_sel, otelgpu_phase="~" + "|".join(TIMELINE_PHASES))
+    return union({
+        "util": f"avg(avg_over_time({selector(N.GPU_UTILIZATION, agent_sel)}[{S}]))",
+        "sm": f"avg(avg_over_time({selector(N.GPU_SM_ACTIVITY, agent_sel)}[{S}]))",
+        "steps": f"sum(rate({selector(N.TRAIN_STEPS.prometheus_name(), job_sel)}[{S}]))",
+        "phase:otelgpu_phase": f"sum by (otelgpu_phase) (rate({phases}[{S}]))",
+        "disk_write": f"sum(rate({selector(N.DISK_IO, agent_sel, disk_io_direction='write')}[{S}]))",
+        "ib": f"max(sum by ({NODE_BY}) (rate({selector(N.IB_IO, agent_sel)}[{S}])))",
+    })

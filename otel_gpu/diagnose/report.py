@@ -1,0 +1,109 @@
+"""Rendering a diagnosis: terminal text, Markdown, JSON (pure), and atomic file writes."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from . import fmt
+from .findings import Finding
+
+MARK = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
+
+
+def header(d: dict) -> str:
+    q = d["queries"]
+    return (f"job {d['job'] or '(all)'}, {fmt.span(d['start'], d['end'], date=True)} ({fmt.secs(d['duration_s'])}): "
+            f"{d['ranks']} ranks, {d['gpus']} GPUs, {d['nodes']} nodes; "
+            f"{q.get('queries', 0)} PromQL queries in {q.get('query_seconds', 0):.2f} s")
+
+
+def _where(f: dict) -> str:
+    parts = [f"{k} {fmt.compact(v, 6)}" for k, v in f["where"].items() if v]
+    return "; ".join(parts)
+
+
+def _stake(f: dict) -> str:
+    if f["missing"]:
+        return "not checked"
+    if f["lost_s"] > 0:
+        share = f" = {fmt.pct(f['lost_share'])}" if f["lost_share"] is not None else ""
+        return f"~{fmt.gpu_time(f['lost_s'])}{share} at stake"
+    return "no time estimate"
+
+
+def _ranges(f: dict, limit: int = 4) -> str:
+    rs = f["ranges"]
+    if not rs:
+        return ""
+    shown = ", ".join(fmt.span(a, b) for a, b in rs[:limit])
+    return shown + (f" and {len(rs) - limit} more" if len(rs) > limit else "")
+
+
+def text(d: dict) -> str:
+    lines = [f"otel-gpu diagnose: {header(d)}"]
+    lines += [f"  note: {n}" for n in d["notes"]]
+    if not any(not f["missing"] for f in d["findings"]):
+        lines.append("no bottleneck found above the thresholds")
+    for i, f in enumerate(d["findings"], 1):
+        lines.append("")
+        lines.append(f"{i}. [{MARK[f['severity']]}] {f['title']}  ({_stake(f)}; confidence {f['confidence']})")
+        lines.append(f"   seen:  {f['seen']}")
+        if not f["missing"]:
+            lines.append(f"   why:   {f['why']}" + (f" [basis: {f['basis']}]" if f["basis"] else ""))
+        lines.append(f"   do:    {f['action']}")
+        if f["where"]:
+            lines.append(f"   where: {_where(f)}")
+        if f["ranges"]:
+            lines.append(f"   when:  {_ranges(f)}")
+        if f["tune_space"]:
+            lines.append(f"   tune space: {json.dumps(f['tune_space'])}")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(d: dict) -> str:
+    out = [f"# otel-gpu diagnosis: {d['job'] or 'all jobs'}", "", header(d), ""]
+    out += [f"> {n}" for n in d["notes"]]
+    real = [f for f in d["findings"] if not f["missing"]]
+    out += ["| # | severity | finding | at stake | confidence |", "|---|---|---|---|---|"]
+    for i, f in enumerate(real, 1):
+        out.append(f"| {i} | {f['severity']} | {f['title']} | {_stake(f)} | {f['confidence']} |")
+    if not real:
+        out.append("| - | - | no bottleneck found above the thresholds | - | - |")
+    for i, f in enumerate(real, 1):
+        out += ["", f"## {i}. {f['title']}", "", f"- **seen:** {f['seen']}", f"- **why it matters:** {f['why']}"]
+        if f["basis"]:
+            out.append(f"- **estimate basis:** {f['basis']}")
+        out.append(f"- **next:** {f['action']}")
+        if f["where"]:
+            out.append(f"- **where:** {_where(f)}")
+        if f["ranges"]:
+            out.append(f"- **when:** {_ranges(f, 10)}")
+        if f["tune_space"]:
+            out += ["", "Suggested `otel-gpu tune` space:", "", "```json", json.dumps(f["tune_space"], indent=1), "```"]
+    missing = [f for f in d["findings"] if f["missing"]]
+    if missing:
+        out += ["", "## Not checked", ""] + [f"- {f['title']}" for f in missing]
+    return "\n".join(out) + "\n"
+
+
+def write_atomic(path: str | os.PathLike, content: str) -> None:
+    """Write via a temporary file in the same directory, then rename: never a half-written file."""
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent or ".")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(content)
+        os.replace(tmp, p)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def findings_from_dicts(rows: list[dict]) -> list[Finding]:
+    """The inverse of `Finding.as_dict` (for scripts reading the JSON back)."""
+    return [Finding(**{**r, "ranges": [tuple(x) for x in r["ranges"]]}) for r in rows]

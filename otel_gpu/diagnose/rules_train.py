@@ -1,0 +1,187 @@
+"""Training-side rules: checkpoint stalls, input-bound steps, drops during eval and at epoch boundaries."""
+from __future__ import annotations
+
+import statistics
+
+from . import fmt
+from . import timeseries as ts
+from .findings import Finding, severity_for
+from .thresholds import Thresholds
+from .window import RankStats, Window
+
+PHASE_EPS = 0.01   # ranks in a phase (timeline value) above this: the phase is happening
+
+
+def _share(w: Window, ranks: list[RankStats], phase: str) -> tuple[float, float, RankStats | None]:
+    """(seconds in `phase` summed over ranks, share of the ranks' wall time, the rank with most)."""
+    secs = sum(r.phases.get(phase, 0.0) for r in ranks)
+    wall = sum(w.rank_wall_s(r) for r in ranks)
+    worst = max(ranks, key=lambda r: r.phases.get(phase, 0.0) / (w.rank_wall_s(r) or 1.0), default=None)
+    return secs, (secs / wall if wall > 0 else 0.0), worst
+
+
+def _during(w: Window, mask: list[bool], name: str) -> tuple[float | None, float | None]:
+    """Mean of timeline series `name` inside and outside `mask`."""
+    values = w.timeline.get(name)
+    return ts.mean_where(values, mask), ts.mean_where(values, [not m for m in mask])
+
+
+def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
+    """Share of wall time in the checkpoint phase; storage writes and GPU activity during saves."""
+    t, sev = th["checkpoint"], th["severity"]
+    ranks = [r for r in w.ranks if r.phases.get("checkpoint", 0.0) > 0]
+    if not ranks:
+        return []
+    worst = max(ranks, key=lambda r: r.phases["checkpoint"] / (w.rank_wall_s(r) or 1.0))
+    wall = w.rank_wall_s(worst)
+    ckpt = worst.phases["checkpoint"]
+    share = ckpt / wall if wall > 0 else 0.0
+    n = max(len(w.ranks), 1)
+    lost = ckpt * n   # synchronous training: every rank waits for the slowest save
+    mask = ts.phase_mask(w.timeline, "checkpoint", PHASE_EPS)
+    saves = ts.events(w.timeline.t, mask, [1.0] * len(mask), w.step_s)
+    details = []
+    write_in, write_out = _during(w, mask, "disk_write")
+    if write_in is not None and write_out is not None:
+        details.append(f"storage writes {fmt.rate(write_in)} during saves vs {fmt.rate(write_out)} otherwise")
+    sig = ts.activity(w)
+    act_in = act_out = None
+    if sig is not None and any(mask):
+        act_in, act_out = ts.mean_where(sig[1], mask), ts.mean_where(sig[1], [not m for m in mask])
+        if act_in is not None and act_out:
+            details.append(f"{sig[0]} {fmt.pct(act_in / act_out if sig[0] == 'step rate' else act_in)}"
+                           f"{' of normal' if sig[0] == 'step rate' else ' vs ' + fmt.pct(act_out)} during saves")
+    every = None
+    if len(saves) >= 2:
+        every = statistics.median(b.start - a.start for a, b in zip(saves, saves[1:]))
+    target = t["share_warning"] * 0.5
+    advice = ["save asynchronously (torch.distributed.checkpoint.async_save, DeepSpeed's decoupled/Nebula "
+              "checkpointing) so training continues while the shards are written",
+              "write to local NVMe and copy to shared storage in the background"]
+    if every and share > target:
+        advice.append(f"or save less often: every {fmt.secs(every * share / target)} instead of every "
+                      f"{fmt.secs(every)} brings the share to about {fmt.pct(target)}")
+    return [Finding(
+        rule="checkpoint",
+        title=f"checkpoints take {fmt.pct(share)} of the time",
+        severity=severity_for(share, t["share_warning"], t["share_critical"]),
+        confidence="high" if len(w.ranks) and wall > 0 else "medium",
+        seen=f"rank {worst.rank} on {worst.host} spent {fmt.secs(ckpt)} of {fmt.secs(wall)} saving checkpoints"
+             + (f" ({len(saves)} saves" + (f", one every {fmt.secs(every)}" if every else "") + ")" if saves else "")
+             + ("; " + "; ".join(details) if details else ""),
+        why=f"in synchronous training every rank waits for the slowest save: about {fmt.gpu_time(lost)} "
+            f"({fmt.pct(share)} of the job's time)",
+        action="; ".join(advice),
+        lost_s=lost, lost_share=share,
+        basis="checkpoint phase seconds of the slowest rank x ranks, over that rank's wall time in the window",
+        where={"ranks": [r.rank for r in ranks], "nodes": sorted({r.host for r in ranks})},
+        ranges=[(e.start, e.end) for e in saves],
+        evidence={"checkpoint_s": round(ckpt, 3), "wall_s": round(wall, 3), "share": round(share, 4),
+                  "saves": len(saves), "every_s": every, "disk_write_Bps_during": write_in,
+                  "disk_write_Bps_outside": write_out, "activity_during": act_in, "activity_outside": act_out},
+    )]
+
+
+def input_bound(w: Window, th: Thresholds) -> list[Finding]:
+    """Data-wait share of step time; GPU idle while waiting; whether the CPU has capacity."""
+    t, sev = th["input"], th["severity"]
+    ranks = [r for r in w.ranks if r.phases.get("data_wait", 0.0) > 0]
+    if not ranks:
+        return []
+    waited, share, worst = _share(w, w.ranks, "data_wait")
+    if share < t["share_warning"] * 0.5:
+        return []
+    worst_share = worst.phases.get("data_wait", 0.0) / (w.rank_wall_s(worst) or 1.0)
+    cpus = [n.cpu_busy for n in w.nodes if n.cpu_busy is not None]
+    cpu = max(cpus) if cpus else None
+    if cpu is None:
+        cpu_text, action = "host CPU not measured", ("more DataLoader workers (num_workers), pin_memory=True, "
+                                                      "prefetch_factor; run the otel-gpu agent to see the CPU")
+    elif cpu >= t["cpu_saturated"]:
+        cpu_text = f"host CPU saturated ({fmt.pct(cpu)} busy on the busiest node)"
+        action = ("the loader is starved of CPU: move decoding/augmentation off the critical path "
+                  "(pre-process offline, GPU decoding such as DALI), fewer ranks or workers per core")
+    else:
+        cpu_text = f"host CPU has capacity ({fmt.pct(cpu)} busy on the busiest node)"
+        action = "more DataLoader workers (num_workers), pin_memory=True, a larger prefetch_factor, persistent_workers=True"
+    mask = ts.phase_mask(w.timeline, "data_wait", 0.5)
+    gpu = ""
+    if any(mask):
+        util_in, util_out = _during(w, mask, "util")
+        if util_in is not None and util_out is not None:
+            gpu = f"; GPU utilization {fmt.pct(util_in)} while ranks wait for data vs {fmt.pct(util_out)} otherwise"
+    return [Finding(
+        rule="input",
+        title=f"input-bound: ranks wait for data {fmt.pct(share)} of the time",
+        severity=severity_for(share, t["share_warning"], t["share_critical"]),
+        confidence="high",
+        seen=f"data_wait {fmt.secs(waited)} over {len(w.ranks)} rank(s), {fmt.pct(share)} of wall time "
+             f"(worst: rank {worst.rank} on {worst.host}, {fmt.pct(worst_share)}); {cpu_text}{gpu}",
+        why=f"the GPU has nothing to do while a rank waits for its batch: about {fmt.gpu_time(waited)} "
+            f"({fmt.pct(share)} of the job's time)",
+        action=action, lost_s=waited, lost_share=share,
+        basis="data_wait phase seconds summed over ranks, over their wall time in the window",
+        where={"ranks": [r.rank for r in ranks], "nodes": sorted({r.host for r in ranks})},
+        evidence={"data_wait_s": round(waited, 3), "share": round(share, 4), "cpu_busy_max": cpu,
+                  "worst_rank": worst.rank, "worst_share": round(worst_share, 4)},
+    )]
+
+
+def eval_and_epochs(w: Window, th: Thresholds) -> list[Finding]:
+    """Activity drops during the eval phase; drops at data-wait bursts (epoch boundaries)."""
+    t, sev = th["eval"], th["severity"]
+    out = []
+    secs, share, _ = _share(w, w.ranks, "eval")
+    sig = ts.activity(w)
+    if secs > 0 and share >= t["share_min"]:
+        mask = ts.phase_mask(w.timeline, "eval", PHASE_EPS)
+        drop = None
+        if sig is not None and sig[0] != "step rate" and any(mask):
+            a_in, a_out = ts.mean_where(sig[1], mask), ts.mean_where(sig[1], [not m for m in mask])
+            if a_in is not None and a_out:
+                drop = max(0.0, 1.0 - a_in / a_out)
+        lost = secs * (drop or 0.0)
+        lost_share = lost / (w.gpu_time_s() or 1.0)
+        evals = ts.events(w.timeline.t, mask, [1.0] * len(mask), w.step_s)
+        seen = f"eval phase {fmt.secs(secs)} over {len(w.ranks)} rank(s), {fmt.pct(share)} of wall time"
+        if drop is not None:
+            seen += f"; {sig[0]} {fmt.pct(drop)} lower during eval"
+        big = drop is not None and drop >= t["activity_drop"]
+        out.append(Finding(
+            rule="eval", title=f"evaluation takes {fmt.pct(share)} of the time"
+                               + (f" at {fmt.pct(1 - drop)} of training activity" if big else ""),
+            severity=severity_for(lost_share, sev["warning_share"], sev["critical_share"]) if big else "info",
+            confidence="medium" if drop is None else "high", seen=seen,
+            why=(f"the GPUs run well below training activity during eval: about {fmt.gpu_time(lost)} of GPU time"
+                 if big else "eval is necessary work; its GPU activity is close to training's"),
+            action="evaluate less often or on a subset, use a larger eval batch (no gradients), or run eval "
+                   "asynchronously on a separate GPU",
+            lost_s=lost, lost_share=lost_share,
+            basis="eval seconds x relative drop of GPU activity during eval",
+            where={"ranks": [r.rank for r in w.ranks if r.phases.get("eval")]},
+            ranges=[(e.start, e.end) for e in evals],
+            evidence={"eval_s": round(secs, 3), "share": round(share, 4), "activity_drop": drop}))
+    # epoch boundaries: data_wait bursts well above their usual level, with activity dropping
+    dw = w.timeline.get("phase_data_wait")
+    if dw is not None and sig is not None:
+        med = ts.median(dw) or 0.0
+        n_ranks = max(len(w.ranks), 1)
+        burst = [v is not None and v > max(3 * med, 0.5 * n_ranks) for v in dw]
+        act_med = ts.median(sig[1]) or 0.0
+        evts = [e for e in ts.events(w.timeline.t, burst, dw, w.step_s)
+                if (ts.mean_where(sig[1], [e.start <= x <= e.end for x in w.timeline.t]) or 0.0) < 0.5 * act_med]
+        if len(evts) >= 2:
+            lost = sum(e.duration_s for e in evts) * n_ranks
+            lost_share = lost / (w.gpu_time_s() or 1.0)
+            out.append(Finding(
+                rule="epoch", title=f"activity drops at {len(evts)} data-loading bursts (epoch boundaries)",
+                severity=severity_for(lost_share, sev["warning_share"], sev["critical_share"]),
+                confidence="medium",
+                seen=f"{len(evts)} bursts where most ranks wait for data and {sig[0]} falls below half its median, "
+                     f"{fmt.secs(statistics.fmean(e.duration_s for e in evts))} each",
+                why=f"the loader restarts or refills between epochs: about {fmt.gpu_time(lost)} of GPU time",
+                action="DataLoader(persistent_workers=True), a larger prefetch_factor, and shuffling that does not "
+                       "rebuild the dataset index every epoch",
+                lost_s=lost, lost_share=lost_share, basis="burst durations x ranks",
+                ranges=[(e.start, e.end) for e in evts], evidence={"bursts": len(evts)}))
+    return out

@@ -1,0 +1,89 @@
+"""Pure helpers over a timeline: the activity signal, drops as events, their period, alignment."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from .window import Timeline, Window
+
+
+@dataclass(frozen=True)
+class Event:
+    """A stretch of consecutive grid points, [start, end] in unix seconds, with its mean level."""
+    start: float
+    end: float
+    level: float     # mean signal value inside
+    points: int
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+
+def activity(w: Window) -> tuple[str, list[float | None]] | None:
+    """The best job-wide activity signal: GPU SM activity, else GPU utilization, else step rate."""
+    for name, what in (("sm", "GPU SM activity"), ("util", "GPU utilization"), ("steps", "step rate")):
+        values = w.timeline.get(name)
+        if values and sum(v is not None for v in values) >= 3:
+            return what, values
+    return None
+
+
+def median(values: list[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return statistics.median(xs) if xs else None
+
+
+def below(values: list[float | None], limit: float) -> list[bool]:
+    return [v is not None and v < limit for v in values]
+
+
+def above(values: list[float | None] | None, limit: float, n: int) -> list[bool]:
+    if values is None:
+        return [False] * n
+    return [v is not None and v > limit for v in values]
+
+
+def events(t: list[float], mask: list[bool], values: list[float | None], step: float) -> list[Event]:
+    """Runs of True in `mask` as events; each spans its points' times plus one grid step."""
+    out, i, n = [], 0, len(mask)
+    while i < n:
+        if not mask[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < n and mask[j + 1]:
+            j += 1
+        inside = [v for v in values[i:j + 1] if v is not None]
+        out.append(Event(t[i] - step / 2, t[j] + step / 2, statistics.fmean(inside) if inside else 0.0, j - i + 1))
+        i = j + 1
+    return out
+
+
+def period(evts: list[Event]) -> tuple[float, float] | None:
+    """(median interval between event starts in seconds, coefficient of variation), or None."""
+    if len(evts) < 3:
+        return None
+    gaps = [b.start - a.start for a, b in zip(evts, evts[1:])]
+    med = statistics.median(gaps)
+    if med <= 0:
+        return None
+    cv = statistics.pstdev(gaps) / statistics.fmean(gaps)
+    return med, cv
+
+
+def overlaps(e: Event, t: list[float], mask: list[bool], step: float) -> bool:
+    """True when any masked grid point lies within the event (one step of slack each side)."""
+    return any(m and e.start - step <= x <= e.end + step for x, m in zip(t, mask))
+
+
+def mean_where(values: list[float | None] | None, mask: list[bool]) -> float | None:
+    if values is None:
+        return None
+    xs = [v for v, m in zip(values, mask) if m and v is not None]
+    return statistics.fmean(xs) if xs else None
+
+
+def phase_mask(tl: Timeline, phase: str, min_share: float = 0.0) -> list[bool]:
+    """Grid points where some rank spent time in `phase` (ranks in the phase > `min_share`)."""
+    return above(tl.get(f"phase_{phase}"), min_share, len(tl.t))

@@ -1,0 +1,280 @@
+"""A diagnosis window: the job's series between two times, summarised per rank, GPU and node.
+
+`Window` is plain data (rules are pure functions over it; tests build one by hand).
+`fetch_window` fills it from a Prometheus-compatible server with four aggregated queries
+(ranks, GPUs, nodes, one job-wide timeline), plus one retry per family when the agent's series
+carry no job label (then they are selected by the hosts the job's ranks ran on).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..promql import PromClient, Series
+from . import queries as Qb
+
+MAX_POINTS = 720   # timeline resolution: at most this many steps over the window
+
+
+class DiagnoseError(RuntimeError):
+    """The window cannot be diagnosed (no data, no step metrics): one line for the user."""
+
+
+@dataclass
+class RankStats:
+    """One training rank over the window; times in seconds, `first_t`/`last_t` unix seconds."""
+    rank: str
+    host: str
+    steps: float = 0.0
+    step_time_s: float = 0.0        # sum of step durations
+    step_count: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # exclusive seconds per phase
+    samples: int = 0
+    first_t: float | None = None
+    last_t: float | None = None
+
+    @property
+    def mean_step_s(self) -> float | None:
+        return self.step_time_s / self.step_count if self.step_count > 0 else None
+
+
+@dataclass
+class GpuStats:
+    """One GPU over the window: means and peaks (fractions 0..1, W, Celsius, Hz, bytes)."""
+    host: str
+    gpu: str                        # NVML index
+    uuid: str = ""
+    util: float | None = None       # mean NVML utilization
+    sm: float | None = None         # mean GPM SM activity
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    temp_max_c: float | None = None
+    clock_hz: float | None = None   # mean SM clock
+    clock_max_hz: float | None = None
+    mem_used_b: float | None = None  # peak
+    mem_limit_b: float | None = None
+    throttle: dict[str, float] = field(default_factory=dict)  # reason -> share of window active
+    ranks: list[str] = field(default_factory=list)
+    samples: int = 0
+    first_t: float | None = None
+    last_t: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.host}/gpu{self.gpu}"
+
+
+@dataclass
+class NodeStats:
+    """One node over the window: shares 0..1, bytes, bytes/s, counts."""
+    host: str
+    cpu_busy: float | None = None         # mean share of all CPUs not idle
+    mem_used: float | None = None         # peak share of host memory used
+    swap_used_b: float | None = None      # peak swap in use
+    swap_pages_per_s: float | None = None
+    nic_errors: float | None = None       # interface errors in the window
+    ib_errors: float | None = None        # InfiniBand port errors in the window
+    link_Bps: float | None = None         # mean per-direction interconnect throughput (IB, else Ethernet)
+    link_limit_Bps: float | None = None   # the node's port speeds, per direction
+    link_kind: str = ""                   # "infiniband" | "ethernet"
+    disk_write_Bps: float | None = None
+
+
+@dataclass
+class Timeline:
+    """Job-wide series on a common time grid; a value is None where the series has no point."""
+    t: list[float] = field(default_factory=list)
+    series: dict[str, list[float | None]] = field(default_factory=dict)
+
+    def get(self, name: str) -> list[float | None] | None:
+        return self.series.get(name)
+
+
+@dataclass
+class Window:
+    job: str | None
+    start: float
+    end: float
+    step_s: float = 1.0          # timeline resolution
+    interval_s: float = 10.0     # estimated export interval of the series
+    ranks: list[RankStats] = field(default_factory=list)
+    gpus: list[GpuStats] = field(default_factory=list)
+    nodes: list[NodeStats] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
+    profile: Any = None          # profiles.ProfileSummary when profiles were read
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+    def active_s(self, first_t: float | None, last_t: float | None) -> float:
+        """Wall time a series covers: its span plus the export interval before its first point
+        (the first point already counts what happened since the process started), within the window."""
+        if first_t is None or last_t is None:
+            return 0.0
+        lead = min(self.interval_s, max(0.0, first_t - self.start))
+        return max(0.0, min(self.duration_s, last_t - first_t + lead))
+
+    def rank_wall_s(self, r: RankStats) -> float:
+        return self.active_s(r.first_t, r.last_t)
+
+    def gpu_time_s(self) -> float:
+        """GPU-seconds in the window (each GPU's active time), else rank-seconds."""
+        if self.gpus:
+            return sum(self.active_s(g.first_t, g.last_t) or self.duration_s for g in self.gpus)
+        return sum(self.rank_wall_s(r) for r in self.ranks)
+
+    def node(self, host: str) -> NodeStats | None:
+        return next((n for n in self.nodes if n.host == host), None)
+
+    def gpus_of(self, host: str) -> list[GpuStats]:
+        return [g for g in self.gpus if g.host == host]
+
+
+# ---- parsing union results (pure) ----------------------------------------------------------------
+
+def _num(v: float) -> float | None:
+    return None if v is None or math.isnan(v) or math.isinf(v) else float(v)
+
+
+def split_union(result: list[Series], keys: tuple[str, ...]) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Group a union query's series by `keys` labels: {key tuple: {q tag: value}}."""
+    out: dict[tuple[str, ...], dict[str, Any]] = {}
+    for s in result:
+        k = tuple(s.labels.get(name, "") for name in keys)
+        out.setdefault(k, {})[s.labels.get(Qb.Q, "")] = _num(s.value)
+    return out
+
+
+def parse_ranks(result: list[Series]) -> list[RankStats]:
+    out = []
+    for (host, rank), v in sorted(split_union(result, ("host_name", "otelgpu_rank")).items(), key=_rank_key):
+        if v.get("steps") is None and v.get("n") is None:
+            continue
+        out.append(RankStats(
+            rank=rank, host=host, steps=v.get("steps") or 0.0, step_time_s=v.get("step_sum") or 0.0,
+            step_count=v.get("step_count") or 0.0,
+            phases={k[len("phase_"):]: x for k, x in v.items() if k.startswith("phase_") and x is not None},
+            samples=int(v.get("n") or 0), first_t=v.get("t0"), last_t=v.get("t1")))
+    return out
+
+
+def _rank_key(item):
+    (host, rank), _ = item
+    return (int(rank) if rank.isdigit() else 1 << 30, rank, host)
+
+
+def parse_gpus(result: list[Series]) -> list[GpuStats]:
+    out = []
+    groups = split_union(result, ("host_name", "hw_id", "otelgpu_gpu_index"))
+    for (host, uuid, index), v in sorted(groups.items(), key=lambda kv: (kv[0][0], _int(kv[0][2]), kv[0][1])):
+        if v.get("n") is None and v.get("util") is None and v.get("sm") is None:
+            continue
+        out.append(GpuStats(
+            host=host, gpu=index, uuid=uuid, util=v.get("util"), sm=v.get("sm"), power_w=v.get("power"),
+            power_limit_w=v.get("power_limit"), temp_c=v.get("temp"), temp_max_c=v.get("temp_max"),
+            clock_hz=v.get("clock"), clock_max_hz=v.get("clock_max"), mem_used_b=v.get("mem_used"),
+            mem_limit_b=v.get("mem_limit"),
+            throttle={k[len("throttle_"):]: x for k, x in v.items() if k.startswith("throttle_") and x is not None},
+            ranks=sorted((k[len("rank_"):] for k in v if k.startswith("rank_") and k != "rank_"), key=_int),
+            samples=int(v.get("n") or 0), first_t=v.get("t0"), last_t=v.get("t1")))
+    return out
+
+
+def _int(s: str) -> int:
+    return int(s) if s.isdigit() else 1 << 30
+
+
+def parse_nodes(result: list[Series]) -> list[NodeStats]:
+    out = []
+    for (host,), v in sorted(split_union(result, ("host_name",)).items()):
+        if all(x is None for x in v.values()):
+            continue
+        ib = v.get("ib_limit")
+        kind = "infiniband" if ib else ("ethernet" if v.get("eth_limit") else "")
+        out.append(NodeStats(
+            host=host, cpu_busy=v.get("cpu_busy"), mem_used=v.get("mem_used"), swap_used_b=v.get("swap_used"),
+            swap_pages_per_s=v.get("swap_rate"), nic_errors=v.get("nic_errors"), ib_errors=v.get("ib_errors"),
+            link_Bps=v.get("ib_rate") if kind == "infiniband" else v.get("eth_rate"),
+            link_limit_Bps=ib if kind == "infiniband" else v.get("eth_limit"), link_kind=kind,
+            disk_write_Bps=v.get("disk_write")))
+    return out
+
+
+def parse_timeline(result: list[Series], start: float, end: float, step: float) -> Timeline:
+    n = int(math.floor((end - start) / step + 1e-9)) + 1
+    grid = [start + i * step for i in range(n)]
+    tl = Timeline(t=grid)
+    for s in result:
+        name = s.labels.get(Qb.Q, "")
+        values: list[float | None] = [None] * n
+        for t, v in s.points:
+            i = int(round((t - start) / step))
+            if 0 <= i < n:
+                values[i] = _num(v)
+        tl.series[name] = values
+    return tl
+
+
+def estimate_interval(ranks: list[RankStats], gpus: list[GpuStats], default: float = 10.0) -> float:
+    """The series' export interval (seconds): median span / (points - 1) over ranks and GPUs."""
+    gaps = [(x.last_t - x.first_t) / (x.samples - 1) for x in [*ranks, *gpus]
+            if x.samples >= 2 and x.first_t is not None and x.last_t is not None and x.last_t > x.first_t]
+    return statistics.median(gaps) if gaps else default
+
+
+# ---- fetching --------------------------------------------------------------------------------
+
+def resolution(duration_s: float, max_points: int = MAX_POINTS) -> float:
+    """Timeline step (whole seconds, >= 1) giving at most `max_points` steps over the window."""
+    return float(max(1, math.ceil(duration_s / max_points)))
+
+
+def fetch_window(client: PromClient, job: str | None, start: float, end: float, *,
+                 require_steps: bool = True) -> Window:
+    """Read the window's series; DiagnoseError when there is nothing to diagnose."""
+    if end <= start:
+        raise DiagnoseError(f"empty window: --to ({end:.0f}) is not after --from ({start:.0f})")
+    w = Window(job=job, start=start, end=end)
+    dur = end - start
+    res = resolution(dur)
+    job_sel = Qb.job_matcher(job)
+    w.ranks = parse_ranks(client.query(Qb.rank_summary(job_sel, dur, res), time=end))
+    hosts = sorted({r.host for r in w.ranks if r.host})
+    agent_sels = [job_sel] + ([Qb.hosts_matcher(hosts)] if hosts and job else [])
+    agent_sel = job_sel
+    for sel in agent_sels:
+        w.gpus = parse_gpus(client.query(Qb.gpu_summary(sel, dur, res), time=end))
+        if w.gpus:
+            agent_sel = sel
+            break
+    for sel in ([agent_sel] if w.gpus else agent_sels):
+        w.nodes = parse_nodes(client.query(Qb.node_summary(sel, dur), time=end))
+        if w.nodes:
+            agent_sel = sel
+            break
+    if agent_sel != job_sel:
+        w.notes.append("the agent's series carry no job label: read by the hosts of the job's ranks")
+    what = f"job {job!r}" if job else "any job"
+    if not (w.ranks or w.gpus or w.nodes):
+        raise DiagnoseError(f"empty window: no otel-gpu series for {what} between "
+                            f"{_iso(start)} and {_iso(end)}")
+    if require_steps and not w.ranks:
+        raise DiagnoseError(f"no step metrics for {what} between {_iso(start)} and {_iso(end)} "
+                            f"(otelgpu_train_steps_total): instrument the training loop (otel_gpu.training) "
+                            f"or pass --gpu-only")
+    w.interval_s = estimate_interval(w.ranks, w.gpus)
+    w.step_s = res
+    smooth = max(res, 2 * w.interval_s)
+    w.timeline = parse_timeline(client.query_range(Qb.timeline(job_sel, agent_sel, smooth), start, end, res),
+                                start, end, res)
+    return w
+
+
+def _iso(t: float) -> str:
+    from datetime import datetime, timezone
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
