@@ -70,15 +70,25 @@ def _names_of(v: RankView, rows: np.ndarray, top: int = 5) -> list[list]:
     return [[v.names[n], c] for n, c in Counter(v.ev.name[rows].tolist()).most_common(top)]
 
 
-def _op_by_external_id(v: RankView) -> dict[int, str]:
+def _op_by_external_id(v: RankView) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted external ids of CPU ops, their name ids) for lookups."""
     ev = v.ev
-    cats = v.symbol_ids(OP_CATS)
-    rows = np.flatnonzero(np.isin(ev.cat, cats) & (ev.external_id >= 0))
-    return {int(e): v.names[int(n)] for e, n in zip(ev.external_id[rows], ev.name[rows])}
+    rows = np.flatnonzero(np.isin(ev.cat, v.symbol_ids(OP_CATS)) & (ev.external_id >= 0))
+    order = np.argsort(ev.external_id[rows], kind="stable")
+    return ev.external_id[rows][order], ev.name[rows][order]
 
 
-def _ops_of(v: RankView, rows: np.ndarray, ops: dict[int, str], top: int = 5) -> list[list]:
-    c = Counter(ops.get(int(e), "?") for e in v.ev.external_id[rows].tolist())
+def _ops_of(v: RankView, rows: np.ndarray, ops: tuple[np.ndarray, np.ndarray], top: int = 5) -> list[list]:
+    """Most frequent CPU ops (by external id) behind the given rows; "?" when unknown."""
+    keys, names = ops
+    ext = v.ev.external_id[rows]
+    if len(keys) == 0 or len(ext) == 0:
+        return [["?", int(len(ext))]] if len(ext) else []
+    j = np.minimum(np.searchsorted(keys, ext), len(keys) - 1)
+    found = keys[j] == ext
+    c = Counter(v.names[int(n)] for n in names[j[found]].tolist())
+    if (~found).any():
+        c["?"] += int((~found).sum())
     return [[k, n] for k, n in c.most_common(top)]
 
 

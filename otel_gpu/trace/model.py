@@ -146,9 +146,15 @@ def find_trace_files(directory: str) -> list[str]:
     return files
 
 
+PARALLEL_MIN_BYTES = 4 << 20  # files on disk; below this one process reads everything
+
+
 def _read_all(paths: list[str], jobs: int | None) -> list[RankEvents]:
     """Read files, in worker processes (fork) when there are several files and cores."""
-    jobs = min(len(paths), jobs if jobs is not None else (os.cpu_count() or 1))
+    if jobs is None:  # worker processes pay off only beyond a few MB of traces
+        big = sum(os.path.getsize(p) for p in paths) > PARALLEL_MIN_BYTES
+        jobs = (os.cpu_count() or 1) if big else 1
+    jobs = min(len(paths), jobs)
     if jobs <= 1 or "fork" not in mp.get_all_start_methods():
         return [read_trace(p) for p in paths]
     with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
