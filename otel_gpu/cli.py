@@ -19,6 +19,8 @@ def _subcommands():
     yield trace_cli.register
     from . import run_cli
     yield run_cli.register
+    from .tune import cli as tune_cli
+    yield tune_cli.register
     from .diagnose import cli as diagnose_cli
     yield diagnose_cli.register
     from .dashboards import cli as dashboards_cli

@@ -1,0 +1,214 @@
+"""`otel-gpu tune`: tune DeepSpeed ZeRO-3 settings with trials of your own launch command.
+
+    otel-gpu tune --base-config ds_config.json --command 'torchrun ... --deepspeed {config}' \\
+                  --trials 40 --prometheus http://prom:9090 --trial-timeout 1800 --hidden-size 4096
+
+{config} is replaced by each trial's generated config ({trial_dir}, {trial}, {trial_id} too).
+The base config is never modified. Results: <out>/trials/NNNN/ (config, command, log, result),
+<out>/report.md, <out>/best_config.json. Run the same command again to resume a stopped study.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+RUNNING_HELP = "time each trial may run before its whole process group is killed (seconds)"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("tune", help="tune DeepSpeed ZeRO-3 settings by running trials of your launch command",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base-config", required=True, type=Path, metavar="JSON", help="your DeepSpeed config (read only)")
+    p.add_argument("--command", help="launch command with {config}; run through /bin/sh in a new process group")
+    p.add_argument("--trials", type=int, default=40, help="trials to finish in the study, baseline included (default 40)")
+    p.add_argument("--prometheus", metavar="URL", help="score from PromQL here (else from the training log)")
+    p.add_argument("--trial-timeout", type=float, default=3600.0, metavar="SECONDS", help=RUNNING_HELP + " (default 3600)")
+    p.add_argument("--study", metavar="PATH|URL", help="SQLite file or RDB URL shared by workers (default <out>/study.db)")
+    p.add_argument("--study-name", help="study name within the storage (default: the base config's file name)")
+    p.add_argument("--space", type=Path, metavar="YAML", help="narrow, fix, drop or extend the search space")
+    p.add_argument("--out", type=Path, help="results folder (default otel-gpu-tune/<study name>)")
+    g = p.add_argument_group("\"auto\" values (resolved as the Hugging Face Trainer does)")
+    g.add_argument("--hidden-size", type=int, help="the model's hidden_size")
+    g.add_argument("--model", type=Path, metavar="DIR", help="a Hugging Face model folder to read hidden_size from")
+    g.add_argument("--micro-batch", type=int, help="per-device train batch size")
+    g.add_argument("--grad-accum", type=int, help="gradient accumulation steps")
+    g.add_argument("--world-size", type=int, help="ranks in the job (also checks batch arithmetic)")
+    g.add_argument("--max-grad-norm", type=float, help="gradient clipping")
+    g.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="fills fp16/bf16 \"enabled\"")
+    g = p.add_argument_group("scoring and pruning")
+    g.add_argument("--warmup-steps", type=int, default=3, help="steps left out of the step time (default 3)")
+    g.add_argument("--min-steps", type=int, default=5, help="steps after warm-up a trial must show (default 5)")
+    g.add_argument("--no-prune", action="store_true", help="never stop a slow trial early")
+    g.add_argument("--prune-ratio", type=float, default=1.25, help="prune at this multiple of the best step time (default 1.25)")
+    g.add_argument("--poll", type=float, default=2.0, metavar="SECONDS", help="how often a running trial is checked (default 2)")
+    g.add_argument("--settle", type=float, default=15.0, metavar="SECONDS",
+                   help="how long to wait for a finished trial's last samples to become queryable (default 15)")
+    g.add_argument("--max-gpu-memory", type=float, metavar="GIB", help="a trial whose peak GPU memory exceeds this fails")
+    g.add_argument("--evidence-selector", default="", metavar="LABELS",
+                   help="label matchers for the evidence queries, e.g. 'host_name=~\"gpu-.*\"'")
+    g = p.add_argument_group("trial environment")
+    g.add_argument("--otlp", metavar="URL", help="OTEL_EXPORTER_OTLP_ENDPOINT for the trials (else inherited)")
+    g.add_argument("--no-instrument", action="store_true",
+                   help="do not add the `otel-gpu run` hooks (the command instruments itself)")
+    g.add_argument("--export-interval", type=int, default=1000, metavar="MS",
+                   help="OTEL_METRIC_EXPORT_INTERVAL for trials that do not set one (default 1000)")
+    g.add_argument("--no-deepspeed-check", action="store_true", help="skip DeepSpeed's own config model check")
+    p.add_argument("--seed", type=int, help="sampler seed")
+    p.add_argument("--report-only", action="store_true", help="write the report and best config of an existing study")
+    p.set_defaults(func=run)
+
+
+def _settings(args):
+    from ..cli import UsageError
+    from . import config as C
+    from .space import Space, SpaceError, load_space
+    from .study import Settings, default_study_name, storage_url
+    from .trial import check_template
+
+    if not args.base_config.is_file():
+        raise UsageError(f"--base-config {args.base_config}: no such file")
+    if not args.report_only:
+        if not args.command:
+            raise UsageError("--command is required (the launch command, with {config})")
+        problem = check_template(args.command)
+        if problem:
+            raise UsageError(f"--command: {problem}")
+    for name in ("trials", "warmup_steps", "min_steps", "hidden_size", "micro_batch", "grad_accum", "world_size"):
+        value = getattr(args, name)
+        if value is not None and value < (0 if name == "warmup_steps" else 1):
+            raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= {0 if name == 'warmup_steps' else 1}")
+    if args.trial_timeout <= 0 or args.poll <= 0 or args.prune_ratio <= 1:
+        raise UsageError("--trial-timeout and --poll must be > 0, --prune-ratio > 1")
+    for flag in ("prometheus", "otlp"):
+        url = getattr(args, flag)
+        if url and not url.startswith(("http://", "https://")):
+            raise UsageError(f"--{flag} {url!r}: expected a URL starting with http:// or https://")
+    try:
+        space = load_space(args.space) if args.space else Space()
+        hidden = args.hidden_size or (C.hidden_size_from_model(args.model) if args.model else None)
+    except (SpaceError, C.ConfigError) as exc:
+        raise UsageError(str(exc)) from None
+    name = args.study_name or default_study_name(args.base_config)
+    out = args.out or Path("otel-gpu-tune") / name
+    facts = C.Facts(hidden, args.micro_batch, args.grad_accum, args.world_size, args.max_grad_norm, args.precision)
+    return Settings(
+        base_config=args.base_config, command=args.command or "", trials=args.trials, out=out,
+        storage=storage_url(args.study or out / "study.db"), study_name=name, space=space, facts=facts,
+        timeout_s=args.trial_timeout, warmup=args.warmup_steps, min_steps=args.min_steps,
+        prune=not args.no_prune, prune_ratio=args.prune_ratio, poll_s=args.poll,
+        max_memory_bytes=args.max_gpu_memory * 2**30 if args.max_gpu_memory else None,
+        instrument=not args.no_instrument, export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,
+        seed=args.seed, deepspeed_check=not args.no_deepspeed_check)
+
+
+def _objective(args):
+    from ..cli import UsageError
+    from .objective import LogObjective, PromObjective
+
+    if not args.prometheus:
+        return LogObjective(args.warmup_steps)
+    from ..promql import PromClient, PromError
+
+    client = PromClient(args.prometheus)
+    try:
+        client.query("vector(1)")
+    except PromError as exc:
+        raise UsageError(str(exc)) from None
+    return PromObjective(client, args.warmup_steps, args.evidence_selector, settle_s=args.settle)
+
+
+class Progress:
+    """One line per trial start and end: number, status, step time, best so far, time left."""
+
+    def __init__(self, tuner, console):
+        self.tuner, self.console, self.t0, self.durations = tuner, console, time.monotonic(), []
+        self.started = 0.0
+
+    def __call__(self, kind, payload) -> None:
+        from .report import changed_params, fmt_change, fmt_seconds
+
+        total = self.tuner.s.trials
+        if kind == "start":
+            self.started = time.monotonic()
+            changed = changed_params(_P(payload["params"]), self.tuner.baseline)
+            self.console.print(f"[bold]trial {payload['number']}[/] ({payload['role']}) started: {changed}",
+                               highlight=False)
+            return
+        r = payload
+        self.durations.append(time.monotonic() - self.started)
+        done = self.tuner.counted()
+        best = self.tuner.best()
+        base = next((x.step_time_s for x in self.tuner.records + [r] if x.role == "baseline" and x.status == "ok"), None)
+        change = fmt_change((base - r.step_time_s) / base) if base and r.step_time_s and r.status == "ok" else ""
+        left = max(0, total - done) * (sum(self.durations) / len(self.durations))
+        colour = {"ok": "green", "pruned": "yellow"}.get(r.status, "red")
+        self.console.print(
+            f"[bold]trial {r.number}[/] [{done}/{total}] [{colour}]{r.status}[/] "
+            f"step {fmt_seconds(r.step_time_s)} {change} | "
+            f"best {fmt_seconds(best[0]) + f' (trial {best[1]})' if best else '-'} | "
+            f"wall {r.seconds:.1f} s | left ~{_duration(left)}"
+            + (f"\n    {r.reason}" if r.status not in ("ok",) else ""), highlight=False)
+
+
+class _P:
+    def __init__(self, params):
+        self.params = params
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def run(args) -> int:
+    import optuna
+    from rich.console import Console
+
+    from ..cli import UsageError
+    from . import report
+    from .study import TuneError, Tuner, open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    settings = _settings(args)
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    if args.report_only:
+        try:
+            study = optuna.load_study(study_name=settings.study_name, storage=open_storage(settings.storage))
+        except (KeyError, TuneError) as exc:
+            raise UsageError(f"no study {settings.study_name!r} in {settings.storage}: {exc}") from None
+        written = report.write_outputs(study, settings.out)
+        console.print(report.terminal_table(study))
+        console.print(f"report: {written['report']}")
+        return 0
+    tuner = Tuner(settings, _objective(args))
+    tuner.events = Progress(tuner, console)
+    try:
+        tuner.prepare()
+    except (TuneError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    console.print(f"study {settings.study_name!r} in {settings.storage}: {tuner.counted()}/{settings.trials} trials "
+                  f"done; results in {settings.out}", highlight=False)
+    try:
+        tuner.run()
+    except TuneError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        written = report.write_outputs(tuner.study, settings.out)
+    console.print(report.terminal_table(tuner.study))
+    lines = [f"report: {written['report']}"]
+    if "best_config" in written:
+        lines.append(f"best config: {written['best_config']}")
+    console.print("\n".join(lines), highlight=False)
+    return 0
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt

@@ -1,0 +1,239 @@
+"""A trial's score: its steady-state step time (seconds, warm-up steps excluded).
+
+From Prometheus: the step-duration histogram's `_sum` and `_count` labelled with the trial id,
+read raw (one instant query of a range selector) so the first sample at or past the warm-up
+marks the start of the steady window; per rank, mean = delta sum / delta count; the trial's
+step time is its slowest rank's. Completeness: every rank reported, and enough steady steps.
+Without Prometheus: the same from the training log (`trainer_log.jsonl` of the Hugging Face /
+LLaMA-Factory callbacks, or tqdm `s/it` progress lines).
+Evidence for the report (SM activity, interconnect, GPU memory) comes from the node agent's
+metrics over the trial's steady window.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+from .trial import LOG_NAME, TRIAL_LABEL
+
+STEP_METRIC = "otelgpu_train_step_duration_seconds"   # names.TRAIN_STEP_DURATION in Prometheus form
+RANK_LABEL, WORLD_LABEL = "otelgpu_rank", "otelgpu_world_size"
+
+# Evidence: PromQL over the steady window; {sel} is the user's extra selector, {w} the window.
+EVIDENCE = {
+    "sm_activity": "avg(avg_over_time(otelgpu_gpu_sm_activity_ratio{sel}[{w}]))",
+    "gpu_utilization": "avg(avg_over_time(hw_gpu_utilization_ratio{sel}[{w}]))",
+    "nvlink_bytes_per_s": "sum(rate(otelgpu_gpu_nvlink_io_bytes_total{sel}[{w}]))",
+    "ib_bytes_per_s": "sum(rate(hw_network_io_bytes_total{sel}[{w}]))",
+    "gpu_memory_peak_bytes": "max(max_over_time(hw_gpu_memory_usage_bytes{sel}[{w}]))",
+}
+MEMORY_KEY = "gpu_memory_peak_bytes"
+
+
+@dataclass(frozen=True)
+class StepStats:
+    step_time_s: float | None        # steady-state mean step time of the slowest rank
+    steady_steps: int                # steps in the steady window (fewest over ranks)
+    total_steps: int                 # steps seen (most over ranks)
+    ranks: int = 1                   # ranks that reported
+    expected_ranks: int | None = None
+    window: tuple[float, float] | None = None    # unix seconds of the steady window
+    source: str = "prometheus"
+    per_rank: dict = field(default_factory=dict, compare=False)
+
+    def problem(self, min_steps: int) -> str | None:
+        """Why this is not a complete measurement (None: complete)."""
+        if self.total_steps == 0:
+            return f"no step metrics seen ({self.source})"
+        if self.expected_ranks and self.ranks < self.expected_ranks:
+            return f"only {self.ranks} of {self.expected_ranks} ranks reported steps"
+        if self.step_time_s is None or self.steady_steps < min_steps:
+            return f"{self.steady_steps} steps after warm-up, {min_steps} needed ({self.total_steps} seen)"
+        return None
+
+
+NONE = StepStats(None, 0, 0, 0)
+
+
+# ---- pure: from histogram samples ---------------------------------------------------------------
+
+def steady_from_histogram(series: Iterable, warmup: int) -> StepStats:
+    """Series of `<metric>_sum` and `<metric>_count` (raw samples) -> StepStats."""
+    groups: dict[tuple, dict[str, dict[float, float]]] = {}
+    labels_of: dict[tuple, dict] = {}
+    for s in series:
+        kind = "count" if s.labels.get("__name__", "").endswith("_count") else "sum"
+        key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "__name__"))
+        groups.setdefault(key, {"count": {}, "sum": {}})[kind].update(dict(s.points))
+        labels_of[key] = s.labels
+    per_rank, expected = {}, None
+    for key, g in groups.items():
+        times = sorted(set(g["count"]) & set(g["sum"]))
+        if not times:
+            continue
+        labels = labels_of[key]
+        rank = labels.get(RANK_LABEL, str(len(per_rank)))
+        if labels.get(WORLD_LABEL, "").isdigit():
+            expected = max(expected or 0, int(labels[WORLD_LABEL]))
+        counts, sums = [g["count"][t] for t in times], [g["sum"][t] for t in times]
+        start = next((i for i, c in enumerate(counts) if c >= warmup), None)
+        entry = {"total": int(counts[-1]), "steady": 0, "mean": None, "window": None}
+        if start is not None and counts[-1] > counts[start]:
+            n = counts[-1] - counts[start]
+            entry.update(steady=int(n), mean=(sums[-1] - sums[start]) / n, window=(times[start], times[-1]))
+        per_rank[(labels.get("host_name", ""), rank)] = entry
+    if not per_rank:
+        return NONE
+    means = [e["mean"] for e in per_rank.values()]
+    complete = all(m is not None for m in means)
+    windows = [e["window"] for e in per_rank.values() if e["window"]]
+    window = (max(w[0] for w in windows), min(w[1] for w in windows)) if windows else None
+    return StepStats(max(means) if complete else None,
+                     min(e["steady"] for e in per_rank.values()),
+                     max(e["total"] for e in per_rank.values()),
+                     len(per_rank), expected, window, "prometheus",
+                     {f"{h}/{r}" if h else r: e["mean"] for (h, r), e in per_rank.items()})
+
+
+# ---- pure: from logs ---------------------------------------------------------------------------
+
+def _hms(text: str) -> float | None:
+    """'1:02:03', '02:03', '1 day, 0:00:01' -> seconds."""
+    m = re.fullmatch(r"\s*(?:(\d+) days?, )?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)\s*", str(text))
+    if not m:
+        return None
+    d, h, mi, s = m.groups()
+    return int(d or 0) * 86400 + int(h or 0) * 3600 + int(mi) * 60 + float(s)
+
+
+def _from_points(points: list[tuple[int, float]], warmup: int, source: str) -> StepStats:
+    """(step, elapsed seconds) in order -> mean over the steps after warm-up."""
+    if not points:
+        return StepStats(None, 0, 0, 0, source=source)
+    total = points[-1][0]
+    start = next((p for p in points if p[0] >= warmup), None)
+    if start is None or total <= start[0] or points[-1][1] <= start[1]:
+        return StepStats(None, 0, total, 1, source=source)
+    n = total - start[0]
+    return StepStats((points[-1][1] - start[1]) / n, n, total, 1, window=None, source=source)
+
+
+def parse_trainer_log(text: str, warmup: int) -> StepStats:
+    """`trainer_log.jsonl` lines ({"current_steps": N, "elapsed_time": "H:MM:SS", ...})."""
+    points = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or "current_steps" not in row or "elapsed_time" not in row:
+            continue
+        elapsed = _hms(row["elapsed_time"]) if isinstance(row["elapsed_time"], str) else float(row["elapsed_time"])
+        if elapsed is not None and (not points or row["current_steps"] > points[-1][0]):
+            points.append((int(row["current_steps"]), elapsed))
+    return _from_points(points, warmup, "trainer_log.jsonl")
+
+
+_TQDM = re.compile(r"(\d+)/(\d+) \[([\d:]+)<[^,\]]*,\s*([\d.]+)(s/it|it/s)")
+
+
+def parse_progress(text: str, warmup: int, min_span_s: float = 20.0) -> StepStats:
+    """tqdm progress lines ('  7/40 [00:03<00:14,  2.31it/s]'). tqdm's elapsed time has whole
+    seconds: over spans shorter than `min_span_s` the median of its rates after warm-up is used."""
+    points, rates = [], []
+    for m in _TQDM.finditer(text.replace("\r", "\n")):
+        clock = m.group(3)
+        step, elapsed = int(m.group(1)), _hms(clock if clock.count(":") else "0:" + clock)
+        if elapsed is None or (points and step <= points[-1][0]):
+            continue
+        points.append((step, elapsed))
+        value = float(m.group(4))
+        if step > warmup and value > 0:
+            rates.append(value if m.group(5) == "s/it" else 1.0 / value)
+    if not points:
+        return StepStats(None, 0, 0, 0, source="progress bar")
+    total = points[-1][0]
+    start = next((p for p in points if p[0] >= warmup), None)
+    if start is None or total <= start[0]:
+        return StepStats(None, 0, total, 1, source="progress bar")
+    n, span = total - start[0], points[-1][1] - start[1]
+    if span >= min_span_s:
+        return StepStats(span / n, n, total, 1, source="progress bar")
+    return StepStats(statistics.median(rates) if rates else None, n, total, 1, source="progress bar")
+
+
+# ---- objectives ---------------------------------------------------------------------------------
+
+class LogObjective:
+    """Scores from the trial folder: any `trainer_log.jsonl` under it, else the command's output."""
+
+    name = "log"
+
+    def __init__(self, warmup: int):
+        self.warmup = warmup
+
+    def measure(self, trial_id: str, directory: Path, start: float, end: float | None = None) -> StepStats:
+        logs = sorted(directory.rglob("trainer_log.jsonl"))
+        if logs:
+            return parse_trainer_log(logs[-1].read_text(errors="replace"), self.warmup)
+        path = directory / LOG_NAME
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return parse_progress(text, self.warmup)
+
+    def final(self, trial_id: str, directory: Path, start: float, end: float, min_steps: int) -> StepStats:
+        return self.measure(trial_id, directory, start, end)
+
+    def evidence(self, stats: StepStats) -> dict[str, float | None]:
+        return {}
+
+
+class PromObjective:
+    """Scores from PromQL. `selector` (e.g. 'host_name=~"gpu-.*"') narrows the evidence queries."""
+
+    name = "prometheus"
+
+    def __init__(self, client, warmup: int, selector: str = "", settle_s: float = 15.0,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.client, self.warmup, self.settle_s, self._sleep = client, warmup, settle_s, sleep
+        self.selector = "{" + selector.strip().strip("{}") + "}" if selector.strip() else ""
+
+    def query_for(self, trial_id: str, seconds: float) -> str:
+        window = max(1, math.ceil(seconds) + 60)
+        return (f'{{__name__=~"{STEP_METRIC}_(sum|count)",{TRIAL_LABEL}="{_escape(trial_id)}"}}[{window}s]')
+
+    def measure(self, trial_id: str, directory: Path, start: float, end: float | None = None) -> StepStats:
+        end = time.time() if end is None else end
+        return steady_from_histogram(self.client.query(self.query_for(trial_id, end - start)), self.warmup)
+
+    def final(self, trial_id: str, directory: Path, start: float, end: float, min_steps: int) -> StepStats:
+        """The score after the trial ended: re-read until complete or `settle_s` passed
+        (backends make fresh samples queryable after a delay)."""
+        deadline = time.monotonic() + self.settle_s
+        while True:
+            stats = self.measure(trial_id, directory, start, time.time())
+            if stats.problem(min_steps) is None or time.monotonic() >= deadline:
+                return stats
+            self._sleep(0.5)
+
+    def evidence(self, stats: StepStats) -> dict[str, float | None]:
+        """Node-agent readings over the steady window (None where the metric is absent)."""
+        if not stats.window:
+            return {}
+        t0, t1 = stats.window
+        w = f"{max(1, math.ceil(t1 - t0))}s"
+        out: dict[str, float | None] = {}
+        for key, template in EVIDENCE.items():
+            result = self.client.query(template.replace("{sel}", self.selector).replace("{w}", w), time=t1)
+            value = result[0].value if result else None
+            out[key] = None if value is None or math.isnan(value) else value
+        return out
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')

@@ -1,0 +1,346 @@
+"""The tuning loop: Optuna ask/tell over SQLite (or any RDB URL, shared by workers on several nodes).
+
+Resume: every trial's owner (host, tuner pid and start time), process group and heartbeat are
+kept in the study. A RUNNING trial whose tuner is gone (same host: the pid is dead or reused;
+elsewhere: no heartbeat for `stale_after_s`) is retired: its leftover process group is killed,
+it is marked failed ("interrupted", not counted) and its exact parameters are enqueued again.
+So a killed tuner, started again with the same arguments, loses no trial and repeats none.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import optuna
+from optuna.trial import TrialState
+
+from . import config as C
+from . import trial as T
+from .objective import MEMORY_KEY, StepStats
+from .space import Space
+
+BASELINE, SEED, SAMPLED = "baseline", "seed", "sampled"
+HEARTBEAT_S = 30.0
+
+
+class TuneError(RuntimeError):
+    """A problem that stops the tuner (one line)."""
+
+
+@dataclass
+class Settings:
+    base_config: Path
+    command: str
+    trials: int
+    out: Path
+    storage: str                        # RDB URL (sqlite:///... for a file)
+    study_name: str
+    space: Space = field(default_factory=Space)
+    facts: C.Facts = field(default_factory=C.Facts)
+    timeout_s: float = 3600.0
+    grace_s: float = 10.0
+    warmup: int = 3
+    min_steps: int = 5
+    prune: bool = True
+    prune_ratio: float = 1.25           # stop a trial this much slower than the best after warm-up
+    prune_min_steps: int = 3
+    poll_s: float = 2.0
+    max_memory_bytes: float | None = None
+    instrument: bool = True
+    export_interval_ms: int = 1000
+    otlp_endpoint: str | None = None
+    seed: int | None = None
+    deepspeed_check: bool = True
+    stale_after_s: float = 300.0
+
+
+@dataclass
+class Record:
+    """One finished trial, as written to result.json and kept in the study's user attributes."""
+
+    number: int
+    trial_id: str
+    role: str
+    params: dict
+    status: str
+    reason: str
+    step_time_s: float | None = None
+    steady_steps: int = 0
+    total_steps: int = 0
+    seconds: float = 0.0
+    overhead_s: float = 0.0          # tuner time around the trial: config, start, scoring
+    evidence: dict = field(default_factory=dict)
+    directory: str = ""
+
+
+def storage_url(study: str | os.PathLike) -> str:
+    """A path -> `sqlite:///<absolute path>`; a URL (postgresql://, mysql://, sqlite://) unchanged."""
+    text = str(study)
+    return text if "://" in text else "sqlite:///" + str(Path(text).resolve())
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+    except Exception as exc:   # SQLAlchemy raises many kinds; say which storage and why
+        raise TuneError(f"cannot open study storage {url}: {' '.join(str(exc).split())[:200]}") from None
+
+
+def _owner() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "tuner_pid": os.getpid(), "tuner_start": T.start_time(os.getpid())}
+
+
+def _alive(pid: int | None, start: int | None) -> bool:
+    return pid is not None and T.start_time(pid) is not None and T.start_time(pid) == start
+
+
+class Tuner:
+    """`prepare()` then `run()`; `events(kind, payload)` hears "start" (Record-less dict) and "end" (Record)."""
+
+    def __init__(self, settings: Settings, objective, env: Mapping[str, str] | None = None,
+                 events: Callable[[str, Any], None] | None = None):
+        self.s, self.objective = settings, objective
+        self.env = dict(os.environ if env is None else env)
+        self.events = events or (lambda kind, payload: None)
+        self.records: list[Record] = []
+        self.base: dict = {}
+        self.space = settings.space
+        self.study: optuna.Study | None = None
+
+    # ---- set-up -----------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        s = self.s
+        raw = s.base_config.read_bytes()
+        base = C.read_config(s.base_config)
+        if (base.get("zero_optimization") or {}).get("stage") != 3:
+            raise TuneError(f"{s.base_config}: zero_optimization.stage is not 3; this tuner tunes ZeRO stage 3")
+        self.base = C.resolve_auto(base, s.facts)
+        values = s.space.values_in(self.base)
+        unresolved = [p.name for p in s.space.params if values.get(p.name) in (None, C.AUTO)]
+        if unresolved:
+            hint = "--hidden-size or --model" if any(n != "train_micro_batch_size_per_gpu" for n in unresolved) \
+                else "--micro-batch, --grad-accum and --world-size"
+            raise TuneError(f"{', '.join(unresolved)} tuned but \"auto\" or missing in the base config: pass {hint} "
+                            "so the baseline can be resolved the way Hugging Face does")
+        problems = C.validate(self.base, s.facts.world_size)
+        if problems:
+            raise TuneError(f"{s.base_config}: the base config itself would be rejected: {problems[0]}")
+        self.space = s.space.widened_to(values)
+        self.baseline = values
+        s.out.mkdir(parents=True, exist_ok=True)
+        storage = open_storage(s.storage)
+        sampler = optuna.samplers.TPESampler(seed=s.seed, multivariate=True, constant_liar=True,
+                                             n_startup_trials=8, warn_independent_sampling=False)
+        self.study = optuna.create_study(storage=storage, study_name=s.study_name, direction="minimize",
+                                         sampler=sampler, load_if_exists=True)
+        identity = {"base_config_sha256": hashlib.sha256(raw).hexdigest(), "command": s.command}
+        attrs = self.study.user_attrs
+        if "base_config_sha256" not in attrs:
+            for k, v in {**identity, "resolved_base": self.base, "base_config": str(s.base_config),
+                         "out": str(s.out.resolve())}.items():
+                self.study.set_user_attr(k, v)
+            self.study.enqueue_trial(values, user_attrs={"role": BASELINE}, skip_if_exists=True)
+            for seed in self.space.seeds(values):
+                self.study.enqueue_trial(seed, user_attrs={"role": SEED}, skip_if_exists=True)
+        else:
+            for k, v in identity.items():
+                if attrs.get(k) != v:
+                    what = "base config" if k.startswith("base") else "command"
+                    raise TuneError(f"study {s.study_name!r} in {s.storage} was started with a different {what}; "
+                                    "pass the same one to resume, or a new --study")
+        self.retire_stale()
+
+    # ---- resume -----------------------------------------------------------------------------------
+    def retire_stale(self) -> list[int]:
+        """Retire RUNNING trials whose tuner is gone; returns their numbers."""
+        me, now, retired = _owner(), time.time(), []
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            a = t.user_attrs
+            if a.get("tuner_pid") == me["tuner_pid"] and a.get("host") == me["host"]:
+                continue                                        # ours (this process)
+            started = t.datetime_start.timestamp() if t.datetime_start else now
+            if "host" not in a:                                 # asked, never set up: its tuner died at once
+                stale = now - started > 30
+            elif a.get("host") == me["host"]:
+                stale = not _alive(a.get("tuner_pid"), a.get("tuner_start"))
+            else:
+                beat = a.get("heartbeat") or started
+                stale = now - beat > self.s.stale_after_s
+            if stale and self._retire(t, "its tuner stopped before the trial ended"):
+                retired.append(t.number)
+        return retired
+
+    def _retire(self, t, why: str) -> bool:
+        a, storage = t.user_attrs, self.study._storage
+        if a.get("host") == socket.gethostname() and a.get("pgid") and _alive(a["pgid"], a.get("pg_start")):
+            T.kill_group(a["pgid"], self.s.grace_s)
+        try:
+            storage.set_trial_user_attr(t._trial_id, "status", T.INTERRUPTED)
+            storage.set_trial_user_attr(t._trial_id, "reason", why + "; its parameters were queued again")
+            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        except RuntimeError:          # UpdateFinishedTrialError: another worker retired it first
+            return False
+        retry = {"role": a.get("role", SAMPLED), "retry_of": t.number}
+        self.study.enqueue_trial(dict(t.params), user_attrs=retry)
+        return True
+
+    # ---- the loop -----------------------------------------------------------------------------------
+    def counted(self) -> int:
+        """Finished trials that count toward --trials (interrupted ones do not), plus running ones."""
+        n = 0
+        for t in self.study.get_trials(deepcopy=False):
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING):
+                n += 1
+            elif t.state == TrialState.FAIL and t.user_attrs.get("status") != T.INTERRUPTED:
+                n += 1
+        return n
+
+    def best(self) -> tuple[float, int] | None:
+        done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+        if not done:
+            return None
+        t = min(done, key=lambda t: t.value)
+        return t.value, t.number
+
+    def run(self) -> list[Record]:
+        while True:
+            self.retire_stale()
+            if self.counted() >= self.s.trials:
+                return self.records
+            self.records.append(self.run_one())
+
+    def run_one(self) -> Record:
+        t0 = time.monotonic()
+        trial = self.study.ask()
+        try:
+            return self._run(trial, t0)
+        except BaseException:
+            # KeyboardInterrupt/SIGTERM, or a bug: the trial's group is already killed by run_trial
+            frozen = self.study._storage.get_trial(trial._trial_id)
+            if frozen.state == TrialState.RUNNING:
+                self._retire(frozen, "the tuner was stopped during the trial")
+            raise
+
+    def _run(self, trial: optuna.Trial, t0: float) -> Record:
+        s, storage, tid = self.s, self.study._storage, trial._trial_id
+        role = trial.user_attrs.get("role", SAMPLED)
+        params = self.space.suggest(trial)
+        trial_id = f"{s.study_name}-{trial.number}"
+        directory = s.out / "trials" / f"{trial.number:04d}"
+        try:
+            directory.mkdir(parents=True)
+        except FileExistsError:
+            raise TuneError(f"{directory} exists: this --out folder holds another study's trials; use a new --out") from None
+        for k, v in {**_owner(), "trial_id": trial_id, "dir": str(directory), "heartbeat": time.time(),
+                     "role": role}.items():
+            storage.set_trial_user_attr(tid, k, v)
+        cfg = C.trial_config(self.base, self.space, params, baseline=role == BASELINE, world_size=s.facts.world_size)
+        config_path = C.write_json(directory / "ds_config.json", cfg, exclusive=True)
+        C.write_json(directory / "params.json", {"role": role, **params}, exclusive=True)
+        reasons = C.validate(cfg, s.facts.world_size)
+        if not reasons and s.deepspeed_check:
+            reasons = C.deepspeed_errors(cfg) or []
+        record = Record(trial.number, trial_id, role, params, T.REJECTED, "; ".join(reasons), directory=str(directory))
+        self.events("start", {"number": trial.number, "role": role, "params": params})
+        if not reasons:
+            command = T.render_command(s.command, config_path.resolve(), directory.resolve(), trial.number, trial_id)
+            env = T.trial_env(self.env, trial_id, instrument=s.instrument,
+                              export_interval_ms=s.export_interval_ms, otlp_endpoint=s.otlp_endpoint)
+            (directory / "command.txt").write_text(command + "\n")
+            added = {k: v for k, v in env.items() if self.env.get(k) != v}
+            C.write_json(directory / "env.json", added, exclusive=True)
+            record = self._launch(trial, record, command, env, directory, t0)
+        else:
+            record.overhead_s = time.monotonic() - t0
+        return self._finish(trial, record)
+
+    def _launch(self, trial, record: Record, command: str, env: dict, directory: Path, t0: float) -> Record:
+        s, storage, tid = self.s, self.study._storage, trial._trial_id
+        best = self.best()
+        plan = T.TrialPlan(trial.number, record.trial_id, directory, command, env, s.timeout_s, s.grace_s)
+        state = {"beat": time.monotonic(), "query": time.monotonic(), "started": time.time(), "step": 0}
+
+        def on_start(pgid: int) -> None:
+            state["started"] = time.time()
+            state["launch_overhead"] = time.monotonic() - t0
+            storage.set_trial_user_attr(tid, "pgid", pgid)
+            storage.set_trial_user_attr(tid, "pg_start", T.start_time(pgid))
+
+        def monitor() -> str | None:
+            now = time.monotonic()
+            if now - state["beat"] >= HEARTBEAT_S:
+                state["beat"] = now
+                storage.set_trial_user_attr(tid, "heartbeat", time.time())
+            if not s.prune or best is None or now - state["query"] < s.poll_s:
+                return None
+            state["query"] = now
+            try:
+                stats = self.objective.measure(record.trial_id, directory, state["started"])
+            except Exception:      # a backend hiccup never stops a trial; scoring decides later
+                return None
+            if stats.step_time_s is None or stats.steady_steps < s.prune_min_steps:
+                return None
+            state["step"] = max(state["step"] + 1, stats.steady_steps)
+            trial.report(stats.step_time_s, state["step"])
+            if stats.step_time_s > best[0] * s.prune_ratio:
+                return (f"{stats.step_time_s:.4g} s/step after {stats.steady_steps} steady steps, "
+                        f"{stats.step_time_s / best[0]:.2f}x the best ({best[0]:.4g} s, trial {best[1]})")
+            return None
+
+        run = T.run_trial(plan, monitor, poll_s=min(1.0, s.poll_s), on_start=on_start)
+        t_end = time.monotonic()
+        record.status, record.reason, record.seconds = run.status, run.reason, run.seconds
+        stats: StepStats | None = None
+        try:
+            if run.status == T.OK:
+                stats = self.objective.final(record.trial_id, directory, run.started, run.ended, s.min_steps)
+                problem = stats.problem(s.min_steps)
+                if problem:
+                    record.status, record.reason = T.INCOMPLETE, problem
+            elif run.status in (T.PRUNED, T.TIMEOUT):
+                stats = self.objective.measure(record.trial_id, directory, run.started, run.ended)
+            if stats is not None:
+                record.step_time_s, record.steady_steps, record.total_steps = (
+                    stats.step_time_s, stats.steady_steps, stats.total_steps)
+                if run.status == T.TIMEOUT and stats.total_steps:
+                    record.reason += f" ({stats.total_steps} steps done)"
+                record.evidence = self.objective.evidence(stats) if stats.window else {}
+        except Exception as exc:    # the backend failed at scoring: the trial cannot be judged
+            if record.status == T.OK:
+                record.status = T.INCOMPLETE
+            record.reason = f"{record.reason}; scoring failed: {' '.join(str(exc).split())[:200]}"
+        peak = record.evidence.get(MEMORY_KEY)
+        if record.status == T.OK and s.max_memory_bytes and peak is not None and peak > s.max_memory_bytes:
+            record.status = T.OVER_MEMORY
+            record.reason = f"peak GPU memory {peak / 2**30:.2f} GiB over the {s.max_memory_bytes / 2**30:.2f} GiB limit"
+        record.overhead_s = state.get("launch_overhead", 0.0) + (time.monotonic() - t_end)
+        return record
+
+    def _finish(self, trial, record: Record) -> Record:
+        storage, tid = self.study._storage, trial._trial_id
+        for k in ("status", "reason", "step_time_s", "steady_steps", "total_steps", "seconds", "overhead_s", "evidence"):
+            storage.set_trial_user_attr(tid, k, getattr(record, k))
+        C.write_json(Path(record.directory) / "result.json", record.__dict__, exclusive=True)
+        if record.status == T.OK:
+            self.study.tell(trial, record.step_time_s)
+        else:
+            self.study.tell(trial, state=TrialState.PRUNED if record.status == T.PRUNED else TrialState.FAIL)
+        if record.status == T.OK:
+            best = self.best()
+            if best and best[1] == record.number:
+                cfg = json.loads((Path(record.directory) / "ds_config.json").read_text())
+                C.write_json(self.s.out / "best_config.json", cfg)
+        self.events("end", record)
+        return record
+
+
+def default_study_name(base_config: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", base_config.stem).strip("-") or "tune"

@@ -1,0 +1,63 @@
+"""A fast stand-in for a training job: step time is a known function of the DeepSpeed config.
+
+    python fake_train.py --deepspeed CONFIG [--steps N] [--crash-when K=V] [--oom-when K=V] [--hang-when K=V]
+
+Steps are timed with the plain-loop API (`otel_gpu.training.step`), so with OTLP configured
+their metrics reach the backend exactly as a real job's do; rank 0's tqdm-style progress line
+goes to stdout. No torch: each step sleeps `step_time(config)` seconds.
+"""
+import argparse
+import json
+import math
+import sys
+import time
+
+
+def step_time(config: dict) -> float:
+    """20 ms, plus 15 ms without overlap_comm, plus up to ~25 ms for small reduce buckets."""
+    z = config["zero_optimization"]
+    t = 0.020 + (0.0 if z.get("overlap_comm") else 0.015)
+    t += 0.005 * max(0.0, 9 - math.log10(max(1, z.get("reduce_bucket_size", 5e8))))
+    return t
+
+
+def matches(config: dict, spec: str | None) -> bool:
+    if not spec:
+        return False
+    key, _, value = spec.partition("=")
+    return str(config["zero_optimization"].get(key)) == value
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--deepspeed", required=True)
+    p.add_argument("--steps", type=int, default=12)
+    p.add_argument("--warmup-extra", type=float, default=0.1, help="extra seconds of the first step")
+    p.add_argument("--crash-when"), p.add_argument("--oom-when"), p.add_argument("--hang-when")
+    args = p.parse_args()
+    with open(args.deepspeed) as f:
+        config = json.load(f)
+    from otel_gpu import training
+
+    dt = step_time(config)
+    t0 = time.monotonic()
+    for i in range(args.steps):
+        if i == 2 and matches(config, args.oom_when):
+            print("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", file=sys.stderr)
+            return 1
+        if i == 2 and matches(config, args.crash_when):
+            raise RuntimeError("simulated crash in the training loop")
+        if i == 3 and matches(config, args.hang_when):
+            while True:
+                time.sleep(1)
+        with training.step(samples=1):
+            time.sleep(dt + (args.warmup_extra if i == 0 else 0.0))
+        elapsed = time.monotonic() - t0
+        m, s = divmod(int(elapsed), 60)
+        print(f"\r{i + 1}/{args.steps} [{m:02d}:{s:02d}<00:00, {dt:.2f}s/it]", end="", flush=True)
+    print(f"\nfinished {args.steps} steps", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
