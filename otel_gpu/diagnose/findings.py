@@ -49,7 +49,7 @@ def missing_input(rule: str, what: str, needs: str, missing: list[str]) -> Findi
     """The finding of a rule that cannot run: says what is missing instead of guessing."""
     return Finding(
         rule=rule,
-        title=f"{what}: not checked ({needs})",
+        title=f"{what}: not checked (no {', '.join(missing)})",
         severity="info",
         confidence="high",
         seen=f"no {', '.join(missing)} in the window",

@@ -41,7 +41,8 @@ def periodic_stalls(w: Window, th: Thresholds) -> list[Finding]:
             matched, best = phase, hit
     if best < t["match_share"]:
         matched = None
-    units = len(w.gpus) if what != "step rate" and w.gpus else max(len(w.ranks), 1)
+    key = {"GPU SM activity": "sm", "GPU utilization": "util"}.get(what)
+    units = (sum(getattr(g, key) is not None for g in w.gpus) if key else 0) or max(len(w.ranks), 1)
     stalled = sum(e.duration_s * max(0.0, 1 - e.level / med) for e in drops) * units
     share = stalled / (w.gpu_time_s() or 1.0)
     cause, advice = CAUSES.get(matched, ("no phase the training reports", ""))

@@ -1,0 +1,243 @@
+"""Each rule as a pure function over hand-built windows: the finding, its numbers, and when it stays quiet."""
+from __future__ import annotations
+
+import pytest
+
+from otel_gpu.diagnose import RULES, run_rules
+from otel_gpu.diagnose.comm import BANDWIDTH_SPACE, LATENCY_SPACE, comm_bound
+from otel_gpu.diagnose.findings import Finding, rank_findings
+from otel_gpu.diagnose.periodic import periodic_stalls
+from otel_gpu.diagnose.profiles import from_samples
+from otel_gpu.diagnose.rules_gpu import memory_pressure, sm_idle, throttling
+from otel_gpu.diagnose.rules_train import checkpoint, eval_and_epochs, input_bound
+from otel_gpu.diagnose.straggler import lateness, straggler
+from otel_gpu.diagnose.thresholds import Thresholds
+from otel_gpu.diagnose.window import Timeline
+
+from .windows import T0, gpu, grid, node, rank, window
+
+TH = Thresholds()
+
+
+def only(findings: list[Finding]) -> Finding:
+    assert len(findings) == 1, [f.title for f in findings]
+    return findings[0]
+
+
+# ---- SMs idle behind utilization -------------------------------------------------------------
+
+def test_sm_idle_case_study_numbers():
+    w = window(ranks=[rank(i) for i in range(8)], gpus=[gpu(i, util=0.991, sm=0.213) for i in range(8)])
+    f = only(sm_idle(w, TH))
+    assert "99.1%" in f.title and "21.3%" in f.title
+    assert f.severity == "critical" and f.confidence == "high"
+    assert f.lost_share == pytest.approx(0.991 - 0.213, abs=1e-6)
+    assert f.lost_s == pytest.approx(8 * 120 * (0.991 - 0.213))
+    assert f.where["ranks"] == [str(i) for i in range(8)]
+
+
+def test_sm_idle_quiet_when_sms_busy_and_says_when_gpm_missing():
+    assert sm_idle(window(gpus=[gpu(0, util=0.95, sm=0.7)]), TH) == []
+    f = only(sm_idle(window(gpus=[gpu(0, util=0.99, sm=None)]), TH))
+    assert f.severity == "info" and f.missing == ["otelgpu_gpu_sm_activity"] and "Hopper" in f.action
+    assert only(sm_idle(window(), TH)).missing == ["GPU metrics"]
+
+
+def test_sm_idle_threshold_override():
+    w = window(gpus=[gpu(0, util=0.9, sm=0.5)])
+    assert sm_idle(w, TH) == []
+    assert len(sm_idle(w, Thresholds({"sm_idle": {"ratio_max": 0.6}}))) == 1
+
+
+# ---- throttling ------------------------------------------------------------------------------
+
+def test_thermal_throttling_names_the_gpu_and_estimates_from_clocks():
+    hot = gpu(3, host="n1", clock_hz=1.5e9, temp_c=88.0, temp_max_c=91.0,
+              throttle={"sw_power_cap": 0.0, "hw_thermal_slowdown": 0.5})
+    w = window(gpus=[gpu(i) for i in range(3)] + [hot])
+    f = only([x for x in throttling(w, TH) if "thermal" in x.title])
+    assert f.where["gpus"] == ["n1/gpu3"] and f.where["nodes"] == ["n1"]
+    assert "hw_thermal_slowdown active 50.0%" in f.seen and "1500 MHz" in f.seen
+    assert f.lost_s == pytest.approx(120 * (1 - 1.5 / 1.98))
+    assert f.severity in ("warning", "critical")
+
+
+def test_power_cap_at_full_clock_is_info_and_missing_reasons_said():
+    capped = gpu(0, throttle={"sw_power_cap": 0.9})
+    f = only(throttling(window(gpus=[capped, gpu(1)]), TH))
+    assert f.severity == "info" and f.lost_s == 0
+    f = only(throttling(window(gpus=[gpu(0, throttle={})]), TH))
+    assert f.missing == ["otelgpu_gpu_clock_event_active"]
+
+
+def test_hot_gpu_without_slowdown_is_a_warning():
+    f = only(throttling(window(gpus=[gpu(0, temp_max_c=90.0), gpu(1)]), TH))
+    assert "hot" in f.title and f.severity == "warning" and f.where["gpus"] == ["n0/gpu0"]
+
+
+# ---- memory ----------------------------------------------------------------------------------
+
+def test_memory_pressure_gpu_and_swap():
+    w = window(gpus=[gpu(0, mem_used_b=79e9), gpu(1)], nodes=[node("n0", swap_used_b=3 * 2**30, swap_pages_per_s=500.0)])
+    found = memory_pressure(w, TH)
+    assert {f.title.split(" ")[0] for f in found} == {"GPU", "host"}
+    gpu_f = next(f for f in found if f.title.startswith("GPU"))
+    assert gpu_f.where["gpus"] == ["n0/gpu0"] and "98.8%" in gpu_f.title
+    assert memory_pressure(window(gpus=[gpu(0)], nodes=[node()]), TH) == []
+
+
+# ---- checkpoint ------------------------------------------------------------------------------
+
+def test_checkpoint_share_of_wall_time():
+    w = window(ranks=[rank(0, checkpoint=14.4), rank(1, checkpoint=12.0)])
+    f = only(checkpoint(w, TH))
+    assert f.evidence["share"] == pytest.approx(0.12) and "12.0%" in f.title
+    assert f.severity == "critical"
+    assert f.lost_s == pytest.approx(14.4 * 2)
+    assert checkpoint(window(ranks=[rank(0)]), TH) == []
+
+
+def test_checkpoint_saves_from_the_timeline_and_advice():
+    t = grid()
+    ck = [1.0 if (i % 6) in (4, 5) else 0.0 for i in range(len(t))]   # 10 s of every 30 s
+    tl = Timeline(t=t, series={"phase_checkpoint": ck, "disk_write": [2e9 if c else 1e6 for c in ck]})
+    f = only(checkpoint(window(ranks=[rank(0, checkpoint=40.0)], timeline=tl), TH))
+    assert f.evidence["saves"] == 4 and f.evidence["every_s"] == pytest.approx(30.0)
+    assert len(f.ranges) == 4 and "2.0 GB/s during saves" in f.seen
+    assert "save less often" in f.action
+
+
+# ---- input-bound -----------------------------------------------------------------------------
+
+def test_input_bound_cpu_saturated_or_not():
+    ranks = [rank(0, data_wait=30.0), rank(1, data_wait=24.0)]
+    f = only(input_bound(window(ranks=ranks, nodes=[node(cpu_busy=0.95)]), TH))
+    assert f.lost_share == pytest.approx(54 / 240) and f.severity == "critical"
+    assert "saturated" in f.seen and f.evidence["worst_rank"] == "0"
+    f = only(input_bound(window(ranks=ranks, nodes=[node(cpu_busy=0.3)]), TH))
+    assert "has capacity" in f.seen and "num_workers" in f.action
+    assert input_bound(window(ranks=[rank(0, data_wait=0.5)]), TH) == []
+
+
+# ---- stragglers ------------------------------------------------------------------------------
+
+def test_straggler_is_the_rank_late_before_the_collective():
+    fast = rank(0, host="n0", forward=30.0, backward=60.0, optimizer=10.0)   # waits 10 s in backward
+    slow = rank(1, host="n1", forward=40.0, backward=50.0, optimizer=10.0)   # 0.1 s late per step
+    assert lateness([fast, slow])["1"] == (pytest.approx(0.1), "forward")
+    assert lateness([fast, slow])["0"][0] == pytest.approx(0.0)
+    w = window(ranks=[fast, slow], gpus=[gpu(0, host="n0"), gpu(1, host="n1", clock_hz=1.6e9)],
+               nodes=[node("n0"), node("n1", ib_errors=12.0)])
+    f = only(straggler(w, TH))
+    assert f.where == {"ranks": ["1"], "nodes": ["n1"]}
+    causes = " ".join(f.evidence["candidate_causes"])
+    assert "n1/gpu1 SM clock 1600 MHz" in causes and "12 InfiniBand port errors on n1" in causes
+    assert f.lost_s == pytest.approx(0.1 * 100 * 1)
+
+
+def test_no_straggler_when_ranks_agree():
+    ranks = [rank(i, forward=30.0, backward=60.0) for i in range(4)]
+    assert straggler(window(ranks=ranks), TH) == []
+    assert straggler(window(ranks=ranks[:1]), TH) == []
+
+
+def test_unsynchronised_slow_rank_shows_at_end_of_step():
+    ranks = [rank(0, step_s=1.0, forward=100.0), rank(1, step_s=1.5, forward=100.0)]
+    f = only(straggler(window(ranks=ranks), TH))
+    assert f.where["ranks"] == ["1"] and f.evidence["boundary"] == "end of step"
+
+
+# ---- periodic stalls -------------------------------------------------------------------------
+
+def _stalls(phase: str | None, every: int = 6, duration: float = 300.0):
+    t = grid(duration)
+    drop = [i % every in (3, 4) for i in range(len(t))]
+    series = {"sm": [0.05 if d else 0.6 for d in drop]}
+    if phase:
+        series[f"phase_{phase}"] = [2.0 if d else 0.0 for d in drop]
+    return window(ranks=[rank(0), rank(1)], gpus=[gpu(0), gpu(1)], timeline=Timeline(t=t, series=series),
+                  duration=duration)
+
+
+def test_periodic_stalls_period_and_phase_match():
+    f = only(periodic_stalls(_stalls("checkpoint"), TH))
+    assert f.evidence["period_s"] == pytest.approx(30.0) and f.evidence["matched_phase"] == "checkpoint"
+    assert f.severity == "info" and f.lost_s == 0 and "matching checkpoints" in f.title
+    f = only(periodic_stalls(_stalls(None), TH))
+    assert f.evidence["matched_phase"] is None and f.lost_s > 0 and f.severity != "info"
+    assert "gc.freeze" in f.action
+
+
+def test_irregular_drops_are_not_periodic():
+    w = _stalls(None)
+    sm = w.timeline.series["sm"] = [0.6] * len(w.timeline.t)
+    for start in (3, 8, 20, 23, 40, 55):          # gaps of 5, 12, 3, 17, 15 grid steps
+        sm[start] = sm[start + 1] = 0.05
+    assert periodic_stalls(w, TH) == []
+
+
+# ---- eval ------------------------------------------------------------------------------------
+
+def test_eval_drop_in_activity():
+    t = grid()
+    ev = [i >= 18 for i in range(len(t))]
+    tl = Timeline(t=t, series={"sm": [0.1 if e else 0.6 for e in ev], "phase_eval": [1.0 if e else 0.0 for e in ev]})
+    f = only(eval_and_epochs(window(ranks=[rank(0, eval=30.0)], gpus=[gpu(0)], timeline=tl), TH))
+    assert f.rule == "eval" and f.evidence["activity_drop"] == pytest.approx(1 - 0.1 / 0.6)
+    assert f.lost_s == pytest.approx(30.0 * (1 - 0.1 / 0.6))
+
+
+# ---- communication (profiles) -----------------------------------------------------------------
+
+def _profile(comm: float, compute: float, idle: float = 50.0):
+    ns = 1e9
+    return from_samples([
+        (["all_gather_into_tensor", "_all_gather_params", "fetch_sub_module", "forward", "main"], comm * ns, {"phase": "forward"}, {"rank": "0"}),
+        (["matmul", "forward", "main"], compute * ns, {"phase": "forward"}, {"rank": "0"}),
+        (["wait", "run", "_bootstrap"], idle * ns, {}, {"rank": "0"}),   # an idle helper thread: left out
+    ])
+
+
+def test_comm_bound_latency_vs_bandwidth():
+    p = _profile(comm=60.0, compute=40.0)
+    assert p.training_s == pytest.approx(100.0) and p.comm_share() == pytest.approx(0.6)
+    slow_link = window(ranks=[rank(0)], nodes=[node(link_Bps=6e9, link_limit_Bps=25e9, link_kind="infiniband")])
+    slow_link.profile = p
+    f = only(comm_bound(slow_link, TH))
+    assert f.severity == "critical" and "ZeRO-3" in f.title and "exceeds computation" in f.title
+    assert f.evidence["bound"] == "latency" and f.tune_space == LATENCY_SPACE
+    assert "otel-gpu tune" in f.action and "6.0 GB/s of 25.0 GB/s" in f.seen
+    busy_link = window(ranks=[rank(0)], nodes=[node(link_Bps=23e9, link_limit_Bps=25e9, link_kind="infiniband")])
+    busy_link.profile = p
+    assert only(comm_bound(busy_link, TH)).tune_space == BANDWIDTH_SPACE
+
+
+def test_comm_rule_says_what_is_missing():
+    assert only(comm_bound(window(ranks=[rank(0)]), TH)).missing == ["profiles"]
+    w = window(ranks=[rank(0)])
+    w.profile = _profile(comm=5.0, compute=95.0)
+    assert comm_bound(w, TH) == []
+    w.profile = _profile(comm=60.0, compute=40.0)
+    assert only(comm_bound(w, TH)).evidence["bound"] == "unknown"
+
+
+# ---- all rules together ----------------------------------------------------------------------
+
+def test_clean_window_has_nothing_above_info():
+    t = grid()
+    tl = Timeline(t=t, series={"sm": [0.62] * len(t), "util": [0.9] * len(t), "steps": [1.0] * len(t)})
+    ranks = [rank(i, host=f"n{i // 2}", data_wait=1.0, forward=40.0, backward=60.0, optimizer=15.0) for i in range(4)]
+    w = window(ranks=ranks, gpus=[gpu(i, host=f"n{i // 2}") for i in range(4)], nodes=[node("n0"), node("n1")], timeline=tl)
+    w.profile = _profile(comm=5.0, compute=95.0)
+    found = run_rules(w, TH)
+    assert all(f.severity == "info" for f in found), [(f.severity, f.title) for f in found]
+    assert len(RULES) >= 9
+
+
+def test_ranking_by_time_at_stake_missing_last():
+    mk = lambda lost, sev="warning", missing=(): Finding("r", "t", sev, "high", "s", "w", "a", lost_s=lost, missing=list(missing))
+    ranked = rank_findings([mk(5), mk(0, "info", ["x"]), mk(50), mk(0, "critical")])
+    assert [f.lost_s for f in ranked] == [50, 5, 0, 0]
+    assert ranked[2].severity == "critical" and ranked[3].missing == ["x"]
+    with pytest.raises(ValueError):
+        mk(1, "urgent")
