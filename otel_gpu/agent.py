@@ -10,13 +10,14 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Callable, Sequence
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from . import names
 from .readings import MetricSpec, Reading, Source, SourceError
-from .store import Store
+from .store import Attrs, Store
 
 log = logging.getLogger("otel_gpu.agent")
 
@@ -96,66 +97,71 @@ class Sampler:
             t.join(max(0.0, deadline - time.monotonic()))
 
 
-class Instruments:
-    """Observable instruments for every spec, fed from the store and the sampler's health."""
+Values = list[tuple[float, Attrs]]
 
-    def __init__(self, meter, sampler: Sampler, point_attrs: dict[str, str], export_failures: Callable[[], int]):
+
+class Exported:
+    """Every series family the agent exports, as (spec, values) pairs read at export time.
+
+    Shared by the OTel instruments (OTLP) and the Prometheus exposition, so both paths
+    export the same families with the same values.
+    """
+
+    def __init__(self, sampler: Sampler, export_failures: Callable[[], int] = lambda: 0):
         self._sampler = sampler
         self._store = sampler.store
-        self._point = point_attrs
         self._export_failures = export_failures
-        health = {names.SOURCE_UP, names.SOURCE_DURATION, names.SOURCE_ERRORS,
-                  names.EXPORT_FAILURES, names.SAMPLES, names.SAMPLE_LAG}
+        health = {names.SOURCE_UP: self._source_health, names.SOURCE_DURATION: self._source_health,
+                  names.SOURCE_ERRORS: self._source_health, names.EXPORT_FAILURES: self._agent_health,
+                  names.SAMPLES: self._agent_health, names.SAMPLE_LAG: self._agent_health}
+        self.families: list[tuple[MetricSpec, Callable[[], Values]]] = []
         for spec in names.all_specs():
             if spec.kind == "histogram" or spec.name.startswith(names.PREFIX + "train."):
                 continue  # recorded by the training hooks, not observed here
             if spec in health:
-                self._create(meter, spec, self._health_callback(spec))
-                continue
-            self._create(meter, spec, self._latest_callback(spec))
-            if spec.windowed:
+                self.families.append((spec, partial(health[spec], spec)))
+            elif spec.windowed:  # the gauge is the mean over the window, with min / max companions
                 lo, hi = names.windowed_companions(spec)
-                self._create(meter, lo, self._window_callback(spec, 1))
-                self._create(meter, hi, self._window_callback(spec, 2))
+                self.families += [(spec, partial(self._window, spec, 0)), (lo, partial(self._window, spec, 1)),
+                                  (hi, partial(self._window, spec, 2))]
+            else:
+                self.families.append((spec, partial(self._latest, spec)))
+
+    def _latest(self, spec: MetricSpec) -> Values:
+        return list(self._store.latest(spec.name))
+
+    def _window(self, spec: MetricSpec, index: int) -> Values:
+        return [(row[index], row[3]) for row in self._store.window(spec.name, self._sampler.clock())]
+
+    def _agent_health(self, spec: MetricSpec) -> Values:
+        s = self._sampler
+        value = {names.EXPORT_FAILURES: self._export_failures, names.SAMPLES: lambda: s.rounds,
+                 names.SAMPLE_LAG: lambda: s.overruns}[spec]()
+        return [(value, ())]
+
+    def _source_health(self, spec: MetricSpec) -> Values:
+        out = []
+        for src in self._sampler.sources:
+            h = self._sampler.health[src.name]
+            value = {names.SOURCE_UP: float(h.up), names.SOURCE_DURATION: h.duration_s,
+                     names.SOURCE_ERRORS: h.errors + getattr(src, "partial_errors", 0)}[spec]
+            out.append((value, ((names.SOURCE, src.name),)))
+        return out
+
+
+class Instruments:
+    """One observable OTel instrument per exported family (the OTLP path)."""
+
+    def __init__(self, meter, exported: Exported, point_attrs: dict[str, str]):
+        factories = {"gauge": meter.create_observable_gauge,
+                     "counter": meter.create_observable_counter,
+                     "updowncounter": meter.create_observable_up_down_counter}
+        for spec, values in exported.families:
+            factories[spec.kind](spec.name, callbacks=[self._callback(values, point_attrs)],
+                                 unit=spec.unit, description=spec.description)
 
     @staticmethod
-    def _create(meter, spec: MetricSpec, callback) -> None:
-        factory = {"gauge": meter.create_observable_gauge,
-                   "counter": meter.create_observable_counter,
-                   "updowncounter": meter.create_observable_up_down_counter}[spec.kind]
-        factory(spec.name, callbacks=[callback], unit=spec.unit, description=spec.description)
-
-    def _attrs(self, key) -> dict[str, str]:
-        return {**self._point, **dict(key)}
-
-    def _latest_callback(self, spec: MetricSpec):
+    def _callback(values: Callable[[], Values], point: dict[str, str]):
         def callback(options: CallbackOptions):
-            if spec.windowed:  # the exported value is the mean over the window
-                now = self._sampler.clock()
-                return [Observation(mean, self._attrs(k)) for mean, _, _, k in self._store.window(spec.name, now)]
-            return [Observation(v, self._attrs(k)) for v, k in self._store.latest(spec.name)]
-        return callback
-
-    def _window_callback(self, spec: MetricSpec, index: int):
-        def callback(options: CallbackOptions):
-            now = self._sampler.clock()
-            return [Observation(row[index], self._attrs(row[3])) for row in self._store.window(spec.name, now)]
-        return callback
-
-    def _health_callback(self, spec: MetricSpec):
-        def callback(options: CallbackOptions):
-            s = self._sampler
-            if spec is names.EXPORT_FAILURES:
-                return [Observation(self._export_failures(), self._point)]
-            if spec is names.SAMPLES:
-                return [Observation(s.rounds, self._point)]
-            if spec is names.SAMPLE_LAG:
-                return [Observation(s.overruns, self._point)]
-            out = []
-            for src in s.sources:
-                h = s.health[src.name]
-                value = {names.SOURCE_UP: float(h.up), names.SOURCE_DURATION: h.duration_s,
-                         names.SOURCE_ERRORS: h.errors + getattr(src, "partial_errors", 0)}[spec]
-                out.append(Observation(value, {**self._point, names.SOURCE: src.name}))
-            return out
+            return [Observation(v, {**point, **dict(key)}) for v, key in values()]
         return callback

@@ -6,9 +6,10 @@ import sys
 import threading
 import time
 
-from .agent import Instruments, Sampler
+from .agent import Exported, Instruments, Sampler
 from .agent_cli import FLUSH_TIMEOUT_S, AgentConfig, install_signal_handlers
-from .export import PrometheusEndpoint, merged_resource, meter_provider, otlp_exporter, periodic_reader
+from .export import merged_resource, meter_provider, otlp_exporter, periodic_reader
+from .exposition import Renderer, ScrapeEndpoint
 from .identity import point_attributes, resource_attributes
 from .node import Node
 from .store import Store
@@ -22,22 +23,23 @@ class AgentRuntime:
         self.store = Store(window_s=window_s)
         self.sampler = Sampler(node.sources, self.store, config.interval_s)
         resource = merged_resource({**resource_attributes(env), "service.name": "otel-gpu-agent"})
-        readers, self.exporter, self.endpoint = [], None, None
-        if config.otlp.endpoint:
-            self.exporter = otlp_exporter(config.otlp)
-            readers.append(periodic_reader(self.exporter, config.otlp))
+        point = point_attributes(resource.attributes)
+        self.exporter = otlp_exporter(config.otlp) if config.otlp.endpoint else None
+        exporter = self.exporter
+        exported = Exported(self.sampler, export_failures=lambda: exporter.failures if exporter else 0)
+        self.provider = None
+        if exporter is not None:
+            self.provider = meter_provider(resource, [periodic_reader(exporter, config.otlp)])
+            Instruments(self.provider.get_meter("otel_gpu.agent"), exported, point)
+        self.endpoint = None
         if config.prometheus_port:
+            renderer = Renderer(exported.families, point, {k: str(v) for k, v in resource.attributes.items()})
             try:
-                self.endpoint = PrometheusEndpoint(config.prometheus_port, config.prometheus_host)
+                self.endpoint = ScrapeEndpoint(renderer.render, config.prometheus_port, config.prometheus_host)
             except OSError as exc:
                 from .cli import UsageError
-                raise UsageError(f"cannot serve Prometheus on {config.prometheus_host}:{config.prometheus_port}: {exc.strerror or exc}") from None
-            readers.append(self.endpoint.reader)
-        self.provider = meter_provider(resource, readers)
-        meter = self.provider.get_meter("otel_gpu.agent")
-        exporter = self.exporter
-        Instruments(meter, self.sampler, point_attributes(resource.attributes),
-                    export_failures=lambda: exporter.failures if exporter else 0)
+                raise UsageError(f"cannot serve Prometheus on {config.prometheus_host}:{config.prometheus_port}: "
+                                 f"{exc.strerror or exc}") from None
         self.stop_event = threading.Event()
 
     def describe_outputs(self) -> str:
@@ -61,13 +63,14 @@ class AgentRuntime:
 
     def shutdown(self) -> int:
         """Stop sampling, flush the last export, free the port: all within FLUSH_TIMEOUT_S."""
-        deadline = time.monotonic() + FLUSH_TIMEOUT_S - 0.5   # leave time for the interpreter to exit
+        deadline = time.monotonic() + FLUSH_TIMEOUT_S - 1.5   # leave time for the interpreter to exit
         self.sampler.stop(timeout_s=0.5)
-        budget_s = max(0.1, deadline - time.monotonic())
-        flush = threading.Thread(target=self.provider.shutdown, kwargs={"timeout_millis": budget_s * 1000},
-                                 daemon=True)
-        flush.start()
-        flush.join(budget_s)    # an export still hanging on a dead backend is abandoned (and counted)
+        if self.provider is not None:
+            budget_s = max(0.1, deadline - time.monotonic())
+            flush = threading.Thread(target=self.provider.shutdown, kwargs={"timeout_millis": budget_s * 1000},
+                                     daemon=True)
+            flush.start()
+            flush.join(budget_s)    # an export still hanging on a dead backend is abandoned (and counted)
         if self.endpoint:
             self.endpoint.close()
         return 0

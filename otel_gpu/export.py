@@ -121,27 +121,6 @@ def periodic_reader(exporter: MetricExporter, settings: OtlpSettings) -> MetricR
                                          export_timeout_millis=settings.timeout_s * 1000)
 
 
-class PrometheusEndpoint:
-    """A Prometheus scrape endpoint on host:port (loopback unless told otherwise).
-
-    Serves its own registry, so nothing else registered in this process leaks in.
-    """
-
-    def __init__(self, port: int, host: str = "127.0.0.1"):
-        from opentelemetry.exporter.prometheus import PrometheusMetricReader
-        from prometheus_client import CollectorRegistry, start_http_server
-
-        self.registry = CollectorRegistry(auto_describe=True)
-        self.reader = PrometheusMetricReader(registry=self.registry)
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        self.port = self._server.server_port
-        self.host = host
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 def merged_resource(resource_attrs: Mapping[str, str]) -> Resource:
     """Ours first, then `OTEL_RESOURCE_ATTRIBUTES` / `OTEL_SERVICE_NAME` on top: the user's values win."""
     from opentelemetry.sdk.resources import OTELResourceDetector

@@ -21,10 +21,9 @@ Names follow the OpenTelemetry semantic conventions where they exist (`hw.*`, `s
 VictoriaMetrics with `-opentelemetry.usePrometheusNaming`, the Collector's Prometheus exporter):
 unit suffix (`_bytes`, `_seconds`, `_watts`, `_joules`, `_celsius`, `_hertz`,
 `_bytes_per_second`, `_ratio` for unit `1` gauges), `_total` for counters, `_bucket/_sum/_count`
-for histograms. The agent's own scrape endpoint (`--prometheus-port`) uses the Python
-Prometheus exporter, which differs in one place: unit `1` gauges get no `_ratio`
-(`hw_gpu_utilization`, not `hw_gpu_utilization_ratio`). Attribute keys become labels with
-dots replaced by underscores (`hw.id` -> `hw_id`).
+for histograms. The agent's own scrape endpoint (`--prometheus-port`) serves the very same
+names, so dashboards and rules work on either path. Attribute keys become labels with dots
+replaced by underscores (`hw.id` -> `hw_id`).
 
 Every agent series also carries `host.name` and, when known, `otelgpu.job` (see
 docs/agent.md), so series from the agent and from the training ranks join by node and job.
@@ -38,9 +37,7 @@ shorter than the export interval still shows as a low minimum.
 
 
 def _row(spec: MetricSpec) -> str:
-    prom = spec.prometheus_name()
-    py = spec.prometheus_name(unit_suffix=False)
-    forms = f"`{prom}`" + (f"<br>scrape endpoint: `{py}`" if py != prom else "")
+    forms = f"`{spec.prometheus_name()}`"
     attrs = ", ".join(f"`{a}`" for a in spec.attributes) or "-"
     kind = spec.kind + (" (windowed)" if spec.windowed else "")
     return (f"| `{spec.name}` | {forms} | {kind} | `{spec.unit}` | {attrs} | {spec.source} | "

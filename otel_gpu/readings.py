@@ -47,8 +47,8 @@ class MetricSpec:
     def prometheus_name(self, *, unit_suffix: bool = True) -> str:
         """The Prometheus form per the OTLP translation (`hw.power` W -> `hw_power_watts`).
 
-        With `unit_suffix=False`, unit `1` gauges get no `_ratio`, as the Python
-        Prometheus exporter does.
+        `unit_suffix=False` gives the form of OpenTelemetry's Python Prometheus exporter,
+        which adds no `_ratio` to unit `1` gauges (for data exported through it elsewhere).
         """
         base = re.sub(r"[^a-zA-Z0-9_]", "_", self.name)
         suffix = _UNIT_SUFFIX.get(self.unit, "")

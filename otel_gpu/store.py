@@ -18,7 +18,9 @@ Attrs = tuple[tuple[str, str], ...]
 
 
 def attrs_key(attributes) -> Attrs:
-    return tuple(sorted(attributes.items()))
+    """The series key: attributes in insertion order (sources build them in a fixed order;
+    sorting every reading's attributes was the largest cost of a sampling round)."""
+    return tuple(attributes.items())
 
 
 class Store:
@@ -33,14 +35,20 @@ class Store:
         """Replace everything `source` reported before with `readings` taken at `now` (s)."""
         keys = set()
         with self._lock:
+            oldest = now - self.window_s
             for r in readings:
-                key = attrs_key(r.attributes)
-                keys.add((r.spec.name, key))
-                self._latest.setdefault(r.spec.name, {})[key] = r.value
+                name, key = r.spec.name, tuple(r.attributes.items())
+                keys.add((name, key))
+                series = self._latest.get(name)
+                if series is None:
+                    series = self._latest[name] = {}
+                series[key] = r.value
                 if r.spec.windowed:
-                    window = self._windows.setdefault(r.spec.name, {}).setdefault(key, deque())
+                    window = self._windows.setdefault(name, {}).get(key)
+                    if window is None:
+                        window = self._windows[name][key] = deque()
                     window.append((now, r.value))
-                    while window and window[0][0] < now - self.window_s:
+                    while window[0][0] < oldest:
                         window.popleft()
             for name, key in self._owned.get(source, set()) - keys:
                 self._latest.get(name, {}).pop(key, None)

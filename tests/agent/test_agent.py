@@ -11,7 +11,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_gpu import names
-from otel_gpu.agent import Instruments, Sampler
+from otel_gpu.agent import Exported, Instruments, Sampler
 from otel_gpu.export import OtlpSettings, otlp_exporter, periodic_reader
 from otel_gpu.store import Store
 
@@ -34,7 +34,7 @@ def agent_with(sources, window_s=10.0, interval_s=1.0, export_failures=lambda: 0
     sampler = Sampler(sources, Store(window_s), interval_s, clock=lambda: clock[0])
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    Instruments(provider.get_meter("t"), sampler, {"host.name": "node-1"}, export_failures)
+    Instruments(provider.get_meter("t"), Exported(sampler, export_failures), {"host.name": "node-1"})
     return sampler, reader, clock
 
 
@@ -112,7 +112,7 @@ def _run_exporting(endpoint: str, seconds: float):
     src = ScriptedSource(values=[0.5])
     sampler = Sampler([src], Store(1.0), interval_s=0.1)
     provider = MeterProvider(metric_readers=[periodic_reader(exporter, settings)])
-    Instruments(provider.get_meter("t"), sampler, {}, lambda: exporter.failures)
+    Instruments(provider.get_meter("t"), Exported(sampler, lambda: exporter.failures), {})
     sampler.start()
     time.sleep(seconds)
     sampler.stop()

@@ -75,9 +75,9 @@ def test_prometheus_scrapes_every_family(prometheus, node_args, expected_names):
     try:
         prometheus.add_scrape_target("otelgpu-agent-e2e", f"127.0.0.1:{port}", interval="1s")
         client = PromClient(prometheus.url)
-        form = lambda s: s.prometheus_name(unit_suffix=False)  # the Python exporter: no _ratio
+        form = lambda s: s.prometheus_name()  # the same names as the OTLP translation
         wait_until(lambda: not missing_families(client, expected_names, form), 20, "every family in Prometheus")
-        util = client.query('hw_gpu_utilization{job="otelgpu-agent-e2e"}')
+        util = client.query('hw_gpu_utilization_ratio{job="otelgpu-agent-e2e"}')
         assert len({s.labels["hw_id"] for s in util}) == 8
         assert all(0 <= s.value <= 1 for s in util)
         assert all(s.labels.get("host_name") for s in util)
