@@ -27,12 +27,13 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from ..cli import UsageError
+    import importlib.util
 
-    try:
-        from . import build
-    except ImportError as exc:  # grafanalib is the `dashboards` extra
-        raise UsageError(f"{exc.name or exc} is not installed (pip install 'otel-gpu[dashboards]')") from None
+    from ..cli import UsageError
+    from . import build
+
+    if importlib.util.find_spec("grafanalib") is None:   # the `dashboards` extra
+        raise UsageError("grafanalib is not installed (pip install 'otel-gpu[dashboards]')")
     src = args.src or build.default_dir()
     if not src.is_dir():
         raise UsageError(f"{src}: no such folder (give --src)")

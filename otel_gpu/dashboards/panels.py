@@ -108,6 +108,7 @@ def stat(title: str, description: str, queries, unit: str, *, thresholds=None, c
         t.instant = instant
     return g.Stat(title=title, description=description, dataSource=PROMETHEUS, targets=tgts, format=unit,
                   thresholds=list(thresholds or NEUTRAL), reduceCalc=calc, colorMode="background",
+                  color={"mode": "thresholds"},
                   graphMode="none" if instant else "area", textMode="value_and_name", maxDataPoints=None)
 
 
