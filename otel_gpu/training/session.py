@@ -20,7 +20,7 @@ from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricReader
 
 from .. import names, profiling
-from ..export import ConfigError, meter_provider, otlp_exporter, otlp_settings, periodic_reader
+from ..export import ConfigError, merged_resource, meter_provider, otlp_exporter, otlp_settings, periodic_reader
 from ..identity import point_attributes, rank_info, resource_attributes
 from .timing import Timer
 
@@ -32,9 +32,10 @@ names.register(*TRAINING_SPECS)
 EXIT_TIMEOUT_S = 3.0   # longest the final flush may hold the exit of a rank
 
 
-def rank_attributes(env: Mapping[str, str], host: str | None = None) -> dict[str, str]:
-    """Point attributes of one rank: node, job, rank, local rank, world size (0/0/1 when not set)."""
-    attrs = point_attributes(resource_attributes(env, host=host))
+def rank_attributes(env: Mapping[str, str], resource: Mapping[str, str]) -> dict[str, str]:
+    """Point attributes of one rank: node and job (as the node agent puts them on its points),
+    rank, local rank, world size (0, 0, 1 when the launcher set none)."""
+    attrs = point_attributes(resource)
     attrs.update({names.RANK: "0", names.LOCAL_RANK: "0", names.WORLD_SIZE: "1"})
     attrs.update(rank_info(env))
     return attrs
@@ -155,7 +156,9 @@ class Session:
     def __init__(self, env: Mapping[str, str], readers: list[MetricReader] | None = None,
                  profile: bool = True, host: str | None = None):
         host = host or socket.gethostname()
-        self.attrs = rank_attributes(env, host)
+        # the node agent's identity (OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME on top), so the two join
+        resource = merged_resource({**resource_attributes(env, host=host), "service.name": "otel-gpu-training"})
+        self.attrs = rank_attributes(env, resource.attributes)
         self.exporter = None
         if readers is None:
             readers = []
@@ -164,8 +167,6 @@ class Session:
                 quiet_exporter_logs()
                 self.exporter = otlp_exporter(settings)
                 readers.append(periodic_reader(ForkGuard(self.exporter), settings))
-        resource = resource_attributes(env, host=host)
-        resource.setdefault("service.name", "otel-gpu-training")
         self.provider = meter_provider(resource, readers, TRAINING_SPECS)
         self.sink = OtelSink(self.provider.get_meter("otel_gpu.training"), self.attrs)
         self.profiler = None
