@@ -160,6 +160,9 @@ def test_every_flame_graph_selects_pushed_samples(fed):
     for q in flames:
         for rank in ("0", "1"):
             matchers = parse_selector(substitute(q.expr, {**fed["values"], "rank": rank, "rank_b": rank}))
-            weight = sum(s.value for p in profiles for s in p.samples
-                         if matches(matchers, {**p.series, **s.labels}))
-            assert weight > 0, f"{q.dashboard}: {q.where}: {q.expr} selects no sample of rank {rank}"
+            picked = [(p.series, s) for p in profiles for s in p.samples if matches(matchers, {**p.series, **s.labels})]
+            assert sum(s.value for _, s in picked) > 0, f"{q.dashboard}: {q.where}: {q.expr} selects nothing of rank {rank}"
+            # the filters cut: only this rank, only the forward phase (where forward_pass runs)
+            assert {series["rank"] for series, _ in picked} == {rank}
+            assert {s.labels.get("phase") for _, s in picked} == {"forward"}
+            assert any("forward_pass" in s.stack for _, s in picked)
