@@ -64,7 +64,12 @@ def sm_idle(w: Window, th: Thresholds) -> list[Finding]:
     )]
 
 
-def _clock_ref(w: Window) -> float | None:
+def _clock_ref(w: Window, share_min: float) -> float | None:
+    """Reference SM clock: the median mean clock of GPUs with no slowdown reason active (same work,
+    same idle periods), else the job's peak clock."""
+    calm = [g.clock_hz for g in w.gpus if g.clock_hz and max(g.throttle.values(), default=0.0) < share_min]
+    if calm:
+        return statistics.median(calm)
     peaks = [g.clock_max_hz for g in w.gpus if g.clock_max_hz]
     return max(peaks) if peaks else None
 
@@ -78,7 +83,7 @@ def throttling(w: Window, th: Thresholds) -> list[Finding]:
         return [missing_input("throttle", "Power/thermal throttling",
                               "needs NVML clock-event reasons (not readable on MIG devices or this driver)",
                               ["otelgpu_gpu_clock_event_active"])]
-    ref = _clock_ref(w)
+    ref = _clock_ref(w, t["share_min"])
     temps = [g.temp_c for g in w.gpus if g.temp_c is not None]
     med_temp = statistics.median(temps) if temps else None
     out = []
@@ -92,7 +97,7 @@ def throttling(w: Window, th: Thresholds) -> list[Finding]:
             active_s = w.active_s(g.first_t, g.last_t) or w.duration_s
             if g.clock_hz and ref:
                 factor = max(0.0, 1.0 - g.clock_hz / ref)
-                basis = "SM clock below the job's peak"
+                basis = "mean SM clock vs unthrottled GPUs" if factor > 0 else "clocks not lower than unthrottled GPUs"
             elif kind == "power":
                 factor, basis = 0.0, "no clock data"
             else:
@@ -105,7 +110,7 @@ def throttling(w: Window, th: Thresholds) -> list[Finding]:
         share = lost / (w.gpu_time_s() or 1.0)
         worst = max(hit, key=lambda h: h[1])
         g = worst[0]
-        clock = f", SM clock {g.clock_hz / 1e6:.0f} MHz (job peak {ref / 1e6:.0f} MHz)" if g.clock_hz and ref else ""
+        clock = f", SM clock {g.clock_hz / 1e6:.0f} MHz (reference {ref / 1e6:.0f} MHz)" if g.clock_hz and ref else ""
         temp = f", {g.temp_c:.0f} C (max {g.temp_max_c:.0f} C, job median {med_temp:.0f} C)" if g.temp_c is not None and g.temp_max_c is not None and med_temp is not None else ""
         power = f", {g.power_w:.0f} of {g.power_limit_w:.0f} W" if g.power_w and g.power_limit_w else ""
         severity = severity_for(share, sev["warning_share"], sev["critical_share"])
@@ -122,11 +127,11 @@ def throttling(w: Window, th: Thresholds) -> list[Finding]:
         out.append(Finding(
             rule="throttle",
             title=f"{label} on {len(gpus)} GPU{'s' if len(gpus) > 1 else ''} ({fmt.compact([x.host for x in gpus], 3)})",
-            severity=severity, confidence="high" if worst[3].startswith("SM clock") else "medium",
+            severity=severity, confidence="high" if worst[3].startswith("mean SM clock") else "medium",
             seen=f"{'/'.join(r for r in reasons if g.throttle.get(r, 0.0) >= t['share_min'])} active {fmt.pct(worst[1])} of the window on {g.name}{clock}{temp}{power}",
             why=f"lower clocks stretch every kernel: about {fmt.gpu_time(lost)} ({fmt.pct(share)} of GPU time) at stake",
             action=action, lost_s=lost, lost_share=share,
-            basis=f"active time x (1 - clock / peak clock); {worst[3]}",
+            basis=f"active time x (1 - mean SM clock / reference clock); {worst[3]}",
             where=_where(gpus),
             evidence={"reasons": list(reasons), "active_share_max": round(worst[1], 4),
                       "per_gpu": {x.name: round(a, 4) for x, a, _, _ in hit}},
