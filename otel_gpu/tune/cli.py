@@ -10,6 +10,7 @@ The base config is never modified. Results: <out>/trials/NNNN/ (config, command,
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
@@ -100,8 +101,13 @@ def _settings(args):
         timeout_s=args.trial_timeout, warmup=args.warmup_steps, min_steps=args.min_steps,
         prune=not args.no_prune, prune_ratio=args.prune_ratio, poll_s=args.poll,
         max_memory_bytes=args.max_gpu_memory * 2**30 if args.max_gpu_memory else None,
-        instrument=not args.no_instrument, export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,
+        instrument=not args.no_instrument and bool(args.prometheus or args.otlp or _otlp_set(os.environ)),
+        export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,
         seed=args.seed, deepspeed_check=not args.no_deepspeed_check)
+
+
+def _otlp_set(env) -> bool:
+    return bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"))
 
 
 def _objective(args):

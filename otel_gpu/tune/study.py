@@ -138,7 +138,7 @@ class Tuner:
         s.out.mkdir(parents=True, exist_ok=True)
         storage = open_storage(s.storage)
         sampler = optuna.samplers.TPESampler(seed=s.seed, multivariate=True, constant_liar=True,
-                                             n_startup_trials=8, warn_independent_sampling=False)
+                                             n_startup_trials=8)
         self.study = optuna.create_study(storage=storage, study_name=s.study_name, direction="minimize",
                                          sampler=sampler, load_if_exists=True)
         identity = {"base_config_sha256": hashlib.sha256(raw).hexdigest(), "command": s.command}

@@ -26,7 +26,7 @@ _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory|CUBLAS_STA
                   r"std::bad_alloc|Cannot allocate memory|HIP out of memory|MemoryError", re.I)
 _REJECTED = re.compile(r"validation errors? for DeepSpeed\w*Config|DeepSpeedConfigError|"
                        r"Check batch related parameters|mismatch TrainingArguments values", re.I)
-_EXCEPTION = re.compile(r"^\s*(?:\[rank\d+\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b:?.*)$", re.M)
+_EXCEPTION = re.compile(r"(?:^|(?<=[\s\]):]))([A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b:?.*)$", re.M)
 
 
 @dataclass
@@ -100,7 +100,7 @@ def classify(returncode: int | None, log_tail: str, *, timed_out: bool = False,
 
 
 def _last_exception(text: str) -> str:
-    found = _EXCEPTION.findall(text)
+    found = _EXCEPTION.findall(text.replace("\r", "\n"))
     for candidate in reversed(found):
         if "ChildFailedError" not in candidate:
             return " ".join(candidate.split())[:240]

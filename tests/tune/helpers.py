@@ -1,0 +1,58 @@
+"""Shared bits of the tuner tests: paths, a clean environment, a VictoriaMetrics flusher."""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+DATA = REPO / "tests" / "data" / "deepspeed"
+FAKE = HERE / "fake_train.py"
+EXAMPLE = REPO / "examples" / "tune" / "train_zero3.py"
+Z3 = DATA / "llamafactory_ds_z3_config.json"
+CLI = [sys.executable, "-m", "otel_gpu"]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This process's environment without launcher/OTel variables; the repo on PYTHONPATH."""
+    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OTEL_", "OTELGPU_", "SLURM_", "TORCHELASTIC_", "MASTER_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    env.update(extra)
+    return env
+
+
+def copy_base(tmp_path: Path, source: Path = Z3) -> Path:
+    dst = tmp_path / "ds_config.json"
+    shutil.copyfile(source, dst)
+    return dst
+
+
+def fake_command(*extra: str, steps: int = 10) -> str:
+    return " ".join([sys.executable, str(FAKE), "--deepspeed", "{config}", "--steps", str(steps), *extra])
+
+
+@contextmanager
+def flushing(vm, every_s: float = 0.3):
+    """Flush VictoriaMetrics' in-memory buffers continually while the block runs, so fresh
+    series become queryable within a fraction of a second (as a tuned production setup's would)."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(every_s):
+            try:
+                vm.flush()
+            except Exception:   # the server may be stopping at session end; the test asserts on results
+                return
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
