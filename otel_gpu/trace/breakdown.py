@@ -86,23 +86,37 @@ def _type_overlap_time(k: dict) -> dict[str, float]:
     nxt = np.r_[times[1:], np.nan]
     keep = running > 0
     dur = (nxt[keep] - times[keep]).astype(np.int64)
+    values, inv = np.unique(running[keep], return_inverse=True)
+    sums = np.bincount(inv, weights=dur, minlength=len(values))
     out: dict[str, float] = {}
-    for r, d in zip(running[keep].tolist(), dur.tolist()):
+    for r, d in zip(values.tolist(), sums.tolist()):
         label = " overlapping ".join(t for bit, t in enumerate(TYPES_ANALYSED) if r & (1 << bit))
         out[label] = out.get(label, 0) + d
     return out
 
 
-def _aggregate(names: list[str], dur_by_name: dict[int, list], num_kernels: int,
+def group_stats(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per distinct key: (keys, count, sum, max, min, mean, sample std with 0 for one value)."""
+    order = np.argsort(keys, kind="stable")
+    k, v = keys[order], values[order].astype(np.float64)
+    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    counts = np.diff(np.r_[starts, len(k)])
+    sums = np.add.reduceat(v, starts)
+    means = sums / counts
+    sq = np.add.reduceat((v - np.repeat(means, counts)) ** 2, starts)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        std = np.where(counts > 1, np.sqrt(sq / np.maximum(counts - 1, 1)), 0.0)
+    return (k[starts], counts, sums, np.maximum.reduceat(v, starts), np.minimum.reduceat(v, starts), means, std)
+
+
+def _aggregate(names: list[str], name_ids: np.ndarray, durs: np.ndarray, num_kernels: int,
                duration_ratio: float) -> list[dict]:
     """HTA's per-name aggregation with the tail folded into "others"."""
-    ids = sorted(dur_by_name, key=lambda i: names[i])
-    stats = []
-    for i in ids:
-        d = np.asarray(dur_by_name[i], dtype=np.float64)
-        stats.append((names[i], d.sum(), d.max(), d.min(), d.mean(), d.std(ddof=1) if len(d) > 1 else 0.0))
-    if not stats:
+    if len(name_ids) == 0:
         return []
+    ids, _, sums, maxs, mins, means, stds = group_stats(name_ids, durs)
+    stats = sorted(zip((names[i] for i in ids.tolist()), sums.tolist(), maxs.tolist(), mins.tolist(),
+                       means.tolist(), stds.tolist()))
     sums = np.array([s[1] for s in stats])
     order = sort_desc(sums)
     stats = [stats[i] for i in order]
@@ -137,10 +151,7 @@ def kernel_breakdown(views: list[RankView], num_kernels: int = 10, duration_rati
             by_type[label] = by_type.get(label, 0) + t
         for t in types:
             m = k["type"] == t
-            dur_by_name: dict[int, list] = {}
-            for n, d in zip(k["name"][m].tolist(), k["dur"][m].tolist()):
-                dur_by_name.setdefault(n, []).append(d)
-            for row in _aggregate(v.names, dur_by_name, num_kernels, duration_ratio):
+            for row in _aggregate(v.names, k["name"][m], k["dur"][m], num_kernels, duration_ratio):
                 row.update(kernel_type=t, rank=v.rank)
                 kernels.append(row)
     labels = sorted(by_type)

@@ -40,6 +40,8 @@ def register(sub) -> None:
     a.add_argument("--include-last-step", action="store_true",
                    help="keep kernels of the last ProfilerStep (HTA drops them by default)")
     a.add_argument("--top", type=int, default=10, help="rows of the top-kernel table (default 10)")
+    a.add_argument("--jobs", type=int, default=None,
+                   help="processes reading files (default: one per core for sets over 4 MB, else 1)")
     a.add_argument("--quiet", action="store_true", help="no terminal tables")
     a.set_defaults(func=run_analyze)
 
@@ -53,12 +55,12 @@ def register(sub) -> None:
     d.set_defaults(func=run_diff)
 
 
-def _load(path: str, ranks=None, include_last_step: bool = False):
+def _load(path: str, ranks=None, include_last_step: bool = False, jobs: int | None = None):
     from .model import load_set  # numpy-based modules are imported when the command runs
     from .parse import TraceFormatError
 
     try:
-        return load_set(path, ranks, include_last_step)
+        return load_set(path, ranks, include_last_step, jobs)
     except TraceFormatError as exc:
         raise UsageError(str(exc)) from None
 
@@ -73,7 +75,9 @@ def run_analyze(args) -> int:
     from .analyze import Options, analyze
     from .report import csv_files, render_analysis, write_outputs
 
-    ts = _load(args.dir, args.ranks, args.include_last_step)
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError("--jobs must be at least 1")
+    ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs)
     doc = analyze(ts, Options())
     write_outputs(args.json_out, doc, args.csv_dir, csv_files(doc) if args.csv_dir else None)
     if not args.quiet:

@@ -14,6 +14,7 @@ import os
 import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -26,6 +27,7 @@ _NOT_COMPUTE_RE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
 SYNC_EVENT_NAMES = ("Event Sync", "Context Sync")
 
 
+@lru_cache(maxsize=1 << 16)
 def kernel_type(name: str) -> str:
     """HTA's kernel classification by name: communication, memory, computation or other."""
     if _COMM_RE.match(name):
