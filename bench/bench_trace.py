@@ -89,6 +89,36 @@ def replicate(src: str, n: int, out: str) -> str:
     return out
 
 
+def grow(src_dir: str, n: int, out: str) -> str:
+    """A single-rank set whose file repeats the events of ``src_dir``'s first file ``n`` times,
+    shifted in time (correlation ids and step numbers kept distinct), written event by event."""
+    f = sorted(os.path.join(src_dir, x) for x in os.listdir(src_dir) if x.endswith((".json", ".gz")))[0]
+    with (gzip.open(f, "rt") if f.endswith(".gz") else open(f)) as fh:
+        doc = json.load(fh)
+    events = doc.pop("traceEvents")
+    ts = [e["ts"] for e in events if isinstance(e.get("ts"), (int, float))]
+    span = max(ts) - min(ts) + 10_000
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "rank0.json"), "w") as fh:
+        fh.write(json.dumps(doc)[:-1] + ', "traceEvents": [\n')
+        sep = ""
+        for k in range(n):
+            for e in events:
+                e2 = dict(e)
+                if isinstance(e2.get("ts"), (int, float)):
+                    e2["ts"] = e2["ts"] + k * span
+                args = e2.get("args")
+                if isinstance(args, dict) and isinstance(args.get("correlation"), int):
+                    e2["args"] = dict(args, correlation=args["correlation"] + k * 100_000_000)
+                name = e2.get("name")
+                if isinstance(name, str) and name.startswith("ProfilerStep#"):
+                    e2["name"] = f"ProfilerStep#{int(name[13:]) + 1000 * k}"
+                fh.write(sep + json.dumps(e2))
+                sep = ",\n"
+        fh.write("\n]}\n")
+    return out
+
+
 def _num(x) -> float:
     try:
         return float(x)
@@ -172,6 +202,8 @@ def main() -> int:
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "traces"))
     ap.add_argument("--hta-venv", default="/tmp/hta-venv")
     ap.add_argument("--ranks", default="8,16,32,64", help="replicated multi-rank sizes")
+    ap.add_argument("--grow", default="4,16", help="single-file sizes: events of --grow-from repeated N times")
+    ap.add_argument("--grow-from", default="hta_nccl_data", help="set whose events --grow repeats")
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool and set; the fastest counts")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
@@ -187,6 +219,10 @@ def main() -> int:
     runs = [(largest, gpu_sets[largest]), (multi, gpu_sets[multi])]
     for n in [int(x) for x in args.ranks.split(",") if x]:
         runs.append((f"{multi} x{n} ranks", replicate(gpu_sets[multi], n, os.path.join(work, f"rep{n}"))))
+    if args.grow_from in gpu_sets:
+        for n in [int(x) for x in args.grow.split(",") if x]:
+            runs.append((f"{args.grow_from} x{n} in one file",
+                         grow(gpu_sets[args.grow_from], n, os.path.join(work, f"grow{n}"))))
     results = []
     print(f"{'set':<44} {'ranks':>5} {'MB gz':>7} {'HTA s':>8} {'ours s':>8} {'speedup':>8} "
           f"{'HTA MB':>8} {'ours MB':>8} {'mem ratio':>9}  numbers")
