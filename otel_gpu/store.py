@@ -30,11 +30,14 @@ class Store:
         self._latest: dict[str, dict[Attrs, float]] = {}
         self._windows: dict[str, dict[Attrs, deque]] = {}
         self._owned: dict[str, set[tuple[str, Attrs]]] = {}
+        self._generation = 0      # bumped by every put: invalidates the window cache
+        self._window_cache: dict[str, tuple[int, float, list]] = {}
 
     def put(self, source: str, readings: Iterable[Reading], now: float) -> None:
         """Replace everything `source` reported before with `readings` taken at `now` (s)."""
         keys = set()
         with self._lock:
+            self._generation += 1
             oldest = now - self.window_s
             for r in readings:
                 name, key = r.spec.name, tuple(r.attributes.items())
@@ -65,13 +68,24 @@ class Store:
         for key, value in items:
             yield value, key
 
-    def window(self, name: str, now: float) -> Iterator[tuple[float, float, float, Attrs]]:
-        """(mean, min, max, attrs) over samples of the last `window_s` seconds."""
+    def window(self, name: str, now: float) -> list[tuple[float, float, float, Attrs]]:
+        """(mean, min, max, attrs) over samples of the last `window_s` seconds.
+
+        Cached until the next put, so the mean, min and max families of one export
+        walk the samples once.
+        """
         with self._lock:
-            items = [(key, [v for t, v in w if t >= now - self.window_s]) for key, w in self._windows.get(name, {}).items()]
-        for key, values in items:
-            if values:
-                yield sum(values) / len(values), min(values), max(values), key
+            cached = self._window_cache.get(name)
+            if cached and cached[0] == self._generation and abs(cached[1] - now) < 0.05:
+                return cached[2]
+            oldest = now - self.window_s
+            rows = []
+            for key, w in self._windows.get(name, {}).items():
+                values = [v for t, v in w if t >= oldest]
+                if values:
+                    rows.append((sum(values) / len(values), min(values), max(values), key))
+            self._window_cache[name] = (self._generation, now, rows)
+            return rows
 
     def snapshot(self) -> dict[str, dict[Attrs, float]]:
         with self._lock:
