@@ -82,3 +82,25 @@ def test_diff_sorted_by_impact(tmp_path, capsys):
     assert {r["name"] for r in added} >= {"aten::add_", "void at::native::vectorized_elementwise_kernel<4>(int, float*)"}
     assert "Biggest changes" in capsys.readouterr().out
     assert (tmp_path / "c" / "trace_diff.csv").exists()
+
+
+def test_parallel_reading_gives_the_same_result():
+    from otel_gpu.trace.analyze import analyze, jsonable
+    from otel_gpu.trace.model import load_set
+
+    one = jsonable(analyze(load_set(f"{REAL}/cpu_gloo_sync_straggler", jobs=1)))
+    two = jsonable(analyze(load_set(f"{REAL}/cpu_gloo_sync_straggler", jobs=2)))
+    assert one == two and one["cross_rank"]["steps"]
+
+
+def test_module_entry_point(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "otel_gpu.trace", "analyze", f"{REAL}/cpu_gloo_clean", "--quiet",
+                        "--json", str(tmp_path / "o.json")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads((tmp_path / "o.json").read_text())["findings"] == []
+    r = subprocess.run([sys.executable, "-m", "otel_gpu.trace", "analyze", str(tmp_path / "none")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "not a folder" in r.stderr
