@@ -62,8 +62,8 @@ class _Text:
         raw = open(path, "rb")
         head = raw.read(2)
         raw.seek(0)
-        self._fh = gzip.open(raw, "rt", encoding="utf-8") if head == b"\x1f\x8b" else open(
-            path, "rt", encoding="utf-8")
+        self._fh = gzip.open(raw, "rt", encoding="utf-8-sig") if head == b"\x1f\x8b" else open(
+            path, "rt", encoding="utf-8-sig")
         if head == b"\x1f\x8b":
             self._raw = raw
         else:
