@@ -189,7 +189,7 @@ class _Checker:
         where = {"largest_gaps": [{"start_us": float(e[i]), "length_us": float(gaps[i]),
                                    "step": int(step_of(np.array([float(e[i])]), self.windows)[0])}
                                   for i in top if gaps[i] > 0],
-                 "idle_by_category_us": dict(by_cat.most_common())}
+                 "stream_idle_by_category_us": dict(by_cat.most_common())}
         pct = temporal["idle_time_pctg"]
         self.report("long_gpu_idle", "GPU idle, % of GPU span", pct, self.th.idle_pct, pct >= self.th.idle_pct,
                     where, temporal["idle_time_us"])
