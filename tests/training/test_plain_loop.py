@@ -51,3 +51,30 @@ def test_plain_loop_metrics_per_rank_and_phase(victoriametrics, torch_mod, tmp_p
     assert tokens[0].value == 2 * 8 * 16 * STEPS
     ckpt = query_until(vm, f'otelgpu_train_checkpoints_total{{{sel},otelgpu_rank="0"}}', 2)
     assert {s.labels["otelgpu_checkpoint_event"]: s.value for s in ckpt} == {"start": 1, "end": 1}
+
+    # every PromQL example in docs/training.md answers on this data
+    queries = {k: q.replace('"J"', f'"{job}"') for k, q in doc_queries().items()}
+    assert len(queries) == 6
+    want = {"median step time": 2, "share of wall time": 10, "job throughput": 1, "stragglers": 2}
+    for key, n in want.items():
+        (expr,) = [q for k, q in queries.items() if key in k]
+        result = query_until(vm, expr, n)
+        assert len(result) == n and all(s.value >= 0 for s in result), (expr, result)
+        assert sum(s.value for s in result) > 0, expr
+    for key in ("checkpoint in progress", "join with the node agent"):   # none in progress; no agent here
+        (expr,) = [q for k, q in queries.items() if key in k]
+        assert query_until(vm, expr, 1, timeout=0) == [], expr
+
+
+def doc_queries():
+    """The PromQL examples of docs/training.md, comment -> query (continuation lines joined)."""
+    text = (REPO / "docs" / "training.md").read_text()
+    block = text.split("```promql\n", 1)[1].split("```", 1)[0]
+    out, comment = {}, None
+    for line in block.splitlines():
+        if line.startswith("#"):
+            comment = line[1:].strip()
+        elif line.strip():
+            out[comment] = (out.get(comment, "") + " " + line.strip()).strip()
+    return out
+
