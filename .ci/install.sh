@@ -7,7 +7,6 @@ cd "$(dirname "$0")/.."
 export DEBIAN_FRONTEND=noninteractive
 CACHE="${OTELGPU_CACHE:-$HOME/.cache/otel-gpu}"
 VM_ROOT="$CACHE/victoria-metrics"
-VM_BIN="$VM_ROOT/usr/bin/victoria-metrics"
 PY="${PYTHON:-$(command -v python3 || command -v python)}"
 
 step() { printf '[install] %s\n' "$*"; }
@@ -30,35 +29,40 @@ else
   step "apt: prometheus, prometheus-node-exporter, docker-compose already installed"
 fi
 
-# 2. VictoriaMetrics from Debian sid (bookworm's 1.79 lacks the OTLP receiver we test against),
-#    fetched with a private apt state so the machine's sources stay untouched.
-t0=$(now)
-if [[ -x "$VM_BIN" ]]; then
-  step "victoria-metrics: $(cat "$VM_ROOT/VERSION" 2>/dev/null) already at $VM_BIN"
-else
-  step "victoria-metrics: downloading from Debian sid into $VM_ROOT"
+# 2. From Debian sid, with a private apt state so the machine's sources stay untouched:
+#    VictoriaMetrics (bookworm's 1.79 lacks the OTLP receiver we test against) and
+#    Prometheus 3 + promtool 3 (to check the compose stack's Prometheus config, whose otlp: section 2.42 rejects).
+sid_fetch() {  # sid_fetch DEST PACKAGE...: extract the packages' files under DEST (skipped when DEST exists)
+  local dest=$1; shift
+  local t0 d m deb
+  t0=$(now)
+  if [[ -f "$dest/VERSION" ]]; then
+    step "$*: $(cat "$dest/VERSION") already in $dest"
+    return
+  fi
+  step "$*: downloading from Debian sid into $dest"
   d=$(mktemp -d)
-  trap 'rm -rf "$d"' EXIT
   mkdir -p "$d/lists/partial" "$d/archives/partial"
   m=$(sed -n "s/^URIs: *\(.*\/debian\)$/\1/p" /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
   [[ -n "$m" ]] || m=$(sed -n "s/^deb \(\[[^]]*\] \)\?\(\S*\/debian\) .*/\2/p" /etc/apt/sources.list 2>/dev/null | head -1)
   m=${m:-http://deb.debian.org/debian}
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $m sid main" > "$d/sources.list"
-  O=(-o "Dir::Etc::SourceList=$d/sources.list" -o Dir::Etc::SourceParts=/dev/null
+  local O=(-o "Dir::Etc::SourceList=$d/sources.list" -o Dir::Etc::SourceParts=/dev/null
      -o "Dir::State::Lists=$d/lists" -o "Dir::Cache::Archives=$d/archives"
      -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache=
      -o APT::Sandbox::User=root)   # a private root-owned temp dir: no _apt sandbox
   apt-get "${O[@]}" -q update >/dev/null
-  (cd "$d" && apt-get "${O[@]}" -q download victoria-metrics >/dev/null)
-  rm -rf "$VM_ROOT.tmp"
-  mkdir -p "$VM_ROOT.tmp"
-  deb=$(ls "$d"/victoria-metrics_*.deb)
-  dpkg-deb -x "$deb" "$VM_ROOT.tmp"
-  dpkg-deb -f "$deb" Version > "$VM_ROOT.tmp/VERSION"
-  rm -rf "$VM_ROOT"
-  mv "$VM_ROOT.tmp" "$VM_ROOT"
-  step "victoria-metrics: $(cat "$VM_ROOT/VERSION") installed in $(($(now) - t0)) s"
-fi
+  (cd "$d" && apt-get "${O[@]}" -q download "$@" >/dev/null)
+  rm -rf "$dest.tmp"
+  mkdir -p "$dest.tmp"
+  for deb in "$d"/*.deb; do dpkg-deb -x "$deb" "$dest.tmp"; done
+  dpkg-deb -f "$(ls "$d"/"$1"_*.deb)" Version > "$dest.tmp/VERSION"
+  rm -rf "$dest" "$d"
+  mv "$dest.tmp" "$dest"
+  step "$*: $(cat "$dest/VERSION") installed in $(($(now) - t0)) s"
+}
+sid_fetch "$VM_ROOT" victoria-metrics
+sid_fetch "$CACHE/prometheus3" prometheus promtool
 
 # 3. The project itself, editable, with every extra the tests import.
 t0=$(now)

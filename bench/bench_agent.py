@@ -38,6 +38,13 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def _serving(httpx, url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def measure(interval: float, duration: float, tmp: Path) -> dict[str, dict[str, float]]:
     agent_port = free_port()
     agent = subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", "--fake-gpus", "8",
@@ -48,8 +55,10 @@ def measure(interval: float, duration: float, tmp: Path) -> dict[str, dict[str, 
     prom = Prometheus(f"global:\n  scrape_interval: {scrape}\n  scrape_timeout: {scrape}\n",
                       tmp / f"prom-{interval}").start()
     try:
-        prom.add_scrape_target("agent", f"127.0.0.1:{agent_port}", interval=scrape)
-        prom.add_scrape_target("node", node.host_port, interval=scrape)
+        import httpx
+        wait_until(lambda: _serving(httpx, f"http://127.0.0.1:{agent_port}/metrics"), 60, "agent endpoint")
+        prom.add_scrape_target("agent", f"127.0.0.1:{agent_port}", interval=scrape, timeout=60)
+        prom.add_scrape_target("node", node.host_port, interval=scrape, timeout=60)
         time.sleep(2)   # both warm: imports done, first scrapes served
         start = {"agent": cpu_seconds(agent.pid), "node_exporter": cpu_seconds(node.pid)}
         t0 = time.monotonic()
@@ -66,7 +75,11 @@ def measure(interval: float, duration: float, tmp: Path) -> dict[str, dict[str, 
         return out
     finally:
         agent.terminate()
-        agent.wait(10)
+        try:
+            agent.wait(10)
+        except subprocess.TimeoutExpired:
+            print(f"agent did not exit within 10 s of SIGTERM (interval {interval} s)", file=sys.stderr)
+            agent.kill()
         node.stop()
         prom.stop()
 

@@ -59,6 +59,10 @@ class AgentRuntime:
             run_live(self.store, self.config.interval_s, self.stop_event, self.describe_outputs())
         else:
             self.stop_event.wait()
+        # the process is ending: whatever hangs (a stuck export, a stuck NVML call), exit on time
+        watchdog = threading.Timer(FLUSH_TIMEOUT_S, os._exit, args=(0,))
+        watchdog.daemon = True
+        watchdog.start()
         return self.shutdown()
 
     def shutdown(self) -> int:
