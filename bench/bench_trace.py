@@ -5,8 +5,8 @@
 Ours runs as `python -m otel_gpu.trace analyze DIR --csv OUT --quiet` (the trace command alone).
 Each run is a fresh subprocess; wall time is end to end (load plus temporal, kernel, idle-time,
 overlap and launch analyses; ours also writes every CSV and runs the findings), peak RSS is the
-process tree's ru_maxrss from wait4 (the largest of the process and its reaped workers;
-both tools parse ranks in fork-pool workers, one per core). HTA is installed into its own
+command's ru_maxrss as GNU time reports it (the largest of the process and its reaped
+workers; both tools parse ranks in fork-pool workers, one per core). HTA is installed into its own
 venv when missing. After timing, the numbers of both tools are compared (percentages within
 0.01 points, times within 1 us, same kernels and counts). Multi-rank sizes are built by
 replicating the ranks of the largest multi-rank set with the rank relabelled.
@@ -19,12 +19,14 @@ import gzip
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else shutil.which("time")
 HTA_SCRIPT = r"""
 import sys, os
 from hta.trace_analysis import TraceAnalysis
@@ -58,19 +60,22 @@ def ensure_hta(venv: str) -> str:
     return py
 
 
-def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, float, int]:
-    """(wall s, self peak RSS MB, children peak RSS MB, exit code) of one subprocess."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-    # read stderr while waiting so the child never blocks on a full pipe
-    err = p.stderr.read()
-    _, status, ru = os.wait4(p.pid, 0)
-    wall = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    if p.returncode:
-        sys.stderr.write(err.decode()[-2000:])
-    # the grandchildren's peak is reported to our own RUSAGE_CHILDREN only in aggregate: leave it out
-    return wall, ru.ru_maxrss / 1024, 0.0, p.returncode
+def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int]:
+    """(wall s, peak RSS MB, exit code) of one command, run under GNU time.
+
+    GNU time (a tiny process) runs the command and reports its ru_maxrss, the largest of the
+    command and its reaped worker processes. Measuring straight from this Python process would
+    not do: a child's ru_maxrss starts from the RSS of the process it was forked from.
+    """
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as out:
+        t0 = time.perf_counter()
+        p = subprocess.run([TIME, "-f", "%M", "-o", out.name, *cmd], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, env=env)
+        wall = time.perf_counter() - t0
+        if p.returncode:
+            sys.stderr.write(p.stderr.decode()[-2000:])
+        lines = [x for x in out.read().split() if x.isdigit()]
+    return wall, (int(lines[-1]) / 1024 if lines else math.nan), p.returncode
 
 
 def replicate(src: str, n: int, out: str) -> str:
@@ -186,7 +191,7 @@ def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int) -> dict:
     best = {"hta": None, "ours": None}
     for _ in range(repeat):
         for who, cmd, e in (("hta", [hta_py, "-c", HTA_SCRIPT, d, hdir], hta_env), ("ours", ours_cmd, env)):
-            wall, rss, _, rc = measure(cmd, e)
+            wall, rss, rc = measure(cmd, e)
             if rc:
                 raise SystemExit(f"{who} failed on {d} (exit {rc})")
             if best[who] is None or wall < best[who][0]:
@@ -207,6 +212,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool and set; the fastest counts")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
+    if TIME is None:
+        raise SystemExit("needs GNU time (/usr/bin/time, Debian package 'time') to measure peak RSS")
     hta_py = ensure_hta(args.hta_venv)
     sets = {}
     for dp, _, files in os.walk(args.data):
