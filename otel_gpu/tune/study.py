@@ -134,7 +134,13 @@ class Tuner:
         if problems:
             raise TuneError(f"{s.base_config}: the base config itself would be rejected: {problems[0]}")
         self.space = s.space.widened_to(values)
+        for extra in s.space.enqueue:           # the user's own settings are tried as given
+            self.space = self.space.widened_to(extra)
         self.baseline = values
+        if s.deepspeed_check:                   # imports DeepSpeed once, here, not in the first trial
+            errors = C.deepspeed_errors(self.base)
+            if errors:
+                raise TuneError(f"{s.base_config}: DeepSpeed rejects the base config: {errors[0]}")
         s.out.mkdir(parents=True, exist_ok=True)
         storage = open_storage(s.storage)
         sampler = optuna.samplers.TPESampler(seed=s.seed, multivariate=True, constant_liar=True,
