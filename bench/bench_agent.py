@@ -1,8 +1,9 @@
 """Agent cost side by side with node_exporter, in one run.
 
 For each sampling interval (1 s and 100 ms): the agent (8 fake Hopper GPUs + every real
-host source, Prometheus endpoint) and Debian's node_exporter (cpu, meminfo, diskstats,
-netdev collectors only) run at the same time for DURATION seconds, both scraped by the
+host source, Prometheus endpoint), the agent with --no-gpu (the host sources alone, the
+like-for-like peer of node_exporter) and Debian's node_exporter (cpu, meminfo, diskstats,
+netdev collectors only) run at the same time for DURATION seconds, all scraped by the
 same Prometheus at that interval. CPU seconds and peak RSS come from /proc/<pid>.
 
     python bench/bench_agent.py [--duration 60] [--intervals 1,0.1]
@@ -45,41 +46,54 @@ def _serving(httpx, url: str) -> bool:
         return False
 
 
+def start_agent(interval: float, *flags: str) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", *flags,
+                             "--interval", str(interval), "--prometheus-port", str(port)],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, port
+
+
+def stop_agent(proc: subprocess.Popen, interval: float) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        print(f"agent did not exit within 10 s of SIGTERM (interval {interval} s)", file=sys.stderr)
+        proc.kill()
+
+
 def measure(interval: float, duration: float, tmp: Path) -> dict[str, dict[str, float]]:
-    agent_port = free_port()
-    agent = subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", "--fake-gpus", "8",
-                              "--interval", str(interval), "--prometheus-port", str(agent_port)],
-                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    agents = {"agent (8 GPUs + host)": start_agent(interval, "--fake-gpus", "8"),
+              "agent --no-gpu (host only)": start_agent(interval, "--no-gpu")}
     node = NodeExporter(tmpdir=tmp / f"ne-{interval}", collectors=("cpu", "meminfo", "diskstats", "netdev")).start()
     scrape = f"{int(interval * 1000)}ms"
     prom = Prometheus(f"global:\n  scrape_interval: {scrape}\n  scrape_timeout: {scrape}\n",
                       tmp / f"prom-{interval}").start()
     try:
         import httpx
-        wait_until(lambda: _serving(httpx, f"http://127.0.0.1:{agent_port}/metrics"), 60, "agent endpoint")
-        prom.add_scrape_target("agent", f"127.0.0.1:{agent_port}", interval=scrape, timeout=60)
+        pids = {name: proc.pid for name, (proc, _) in agents.items()} | {"node_exporter": node.pid}
+        for i, (name, (_, port)) in enumerate(agents.items()):
+            wait_until(lambda: _serving(httpx, f"http://127.0.0.1:{port}/metrics"), 60, f"{name} endpoint")
+            prom.add_scrape_target(f"agent{i}", f"127.0.0.1:{port}", interval=scrape, timeout=60)
         prom.add_scrape_target("node", node.host_port, interval=scrape, timeout=60)
-        time.sleep(2)   # both warm: imports done, first scrapes served
-        start = {"agent": cpu_seconds(agent.pid), "node_exporter": cpu_seconds(node.pid)}
+        jobs = dict(zip(pids, [f"agent{i}" for i in range(len(agents))] + ["node"]))
+        time.sleep(2)   # all warm: imports done, first scrapes served
+        start = {name: cpu_seconds(pid) for name, pid in pids.items()}
         t0 = time.monotonic()
         time.sleep(duration)
         wall = time.monotonic() - t0
-        end = {"agent": cpu_seconds(agent.pid), "node_exporter": cpu_seconds(node.pid)}
-        scrapes = {job: prom.get("/api/v1/query", query=f'count_over_time(up{{job="{job}"}}[{int(duration)}s])')
-                   .json()["data"]["result"] for job in ("agent", "node")}
         out = {}
-        for name, pid, job in (("agent", agent.pid, "agent"), ("node_exporter", node.pid, "node")):
-            cpu = end[name] - start[name]
+        for name, pid in pids.items():
+            cpu = cpu_seconds(pid) - start[name]
+            got = prom.get("/api/v1/query", query=f'count_over_time(up{{job="{jobs[name]}"}}[{int(duration)}s])')
+            result = got.json()["data"]["result"]
             out[name] = {"cpu_s": cpu, "cpu_pct_core": 100 * cpu / wall, "peak_rss_mb": peak_rss_mb(pid),
-                         "scrapes": float(scrapes[job][0]["value"][1]) if scrapes[job] else 0.0}
+                         "scrapes": float(result[0]["value"][1]) if result else 0.0}
         return out
     finally:
-        agent.terminate()
-        try:
-            agent.wait(10)
-        except subprocess.TimeoutExpired:
-            print(f"agent did not exit within 10 s of SIGTERM (interval {interval} s)", file=sys.stderr)
-            agent.kill()
+        for proc, _ in agents.values():
+            stop_agent(proc, interval)
         node.stop()
         prom.stop()
 
@@ -98,11 +112,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for interval in (float(x) for x in args.intervals.split(",")):
             r = measure(interval, args.duration, Path(tmp))
-            ratio = r["agent"]["cpu_s"] / max(r["node_exporter"]["cpu_s"], 1e-9)
-            for name in ("agent", "node_exporter"):
-                m = r[name]
+            peer = max(r["node_exporter"]["cpu_s"], 1e-9)
+            for name, m in r.items():
+                ratio = "" if name == "node_exporter" else f"{m['cpu_s'] / peer:.2f}"
                 table.add_row(f"{interval:g} s", name, f"{m['cpu_s']:.2f}", f"{m['cpu_pct_core']:.2f}",
-                              f"{m['peak_rss_mb']:.1f}", f"{m['scrapes']:.0f}", f"{ratio:.2f}" if name == "agent" else "")
+                              f"{m['peak_rss_mb']:.1f}", f"{m['scrapes']:.0f}", ratio)
     Console().print(table)
     return 0
 
