@@ -22,6 +22,7 @@ from . import nvml_errors as E
 from .procenv import rank_of
 
 KIB = 1024
+PCIE_MIN_INTERVAL_S = 1.0   # seconds between nvmlDeviceGetPcieThroughput calls per device
 _SKIP = object()
 FIELDS = ("utilization", "memory", "power", "power_limit", "energy", "temperature", "clock_sm", "clock_memory",
           "clock_events", "ecc_corrected", "ecc_uncorrected", "pcie_transmit", "pcie_receive", "nvlink",
@@ -314,9 +315,18 @@ class NvmlSource:
         return out
 
     def _pcie(self, dev: _Device, now: float) -> list[Reading]:
-        """PCIe bytes, integrated (trapezoid) from NVML's KB/s samples (KB = 1024 bytes)."""
+        """PCIe bytes, integrated (trapezoid) from NVML's KB/s samples (KB = 1024 bytes).
+
+        NVML measures each sample over 20 ms inside the call, so it is taken at most every
+        PCIE_MIN_INTERVAL_S seconds; a 100 ms agent would otherwise spend 320 ms a round on 8 GPUs.
+        """
         nvml, out = self._nvml, []
         for direction, counter in (("transmit", nvml.NVML_PCIE_UTIL_TX_BYTES), ("receive", nvml.NVML_PCIE_UTIL_RX_BYTES)):
+            state = dev.pcie.get(direction)
+            if state is not None and now - state[2] < PCIE_MIN_INTERVAL_S:
+                # each call samples a counter for 20 ms inside the driver: at most once a second
+                out.append(Reading(N.GPU_PCIE_IO, state[0], {**dev.attrs, N.DIRECTION: direction}))
+                continue
             rate = self._call(dev, f"pcie_{direction}", "nvmlDeviceGetPcieThroughput", dev.handle, counter)
             if rate is _SKIP:
                 continue

@@ -172,6 +172,19 @@ def test_pcie_bytes_integrate_kb_per_second_over_elapsed_time():
     assert list(by_gpu(readings, N.GPU_PCIE_IO.name, network__io__direction="receive").values()) == [2000 * 1024 * 5.0]
 
 
+def test_pcie_throughput_is_sampled_at_most_once_a_second_at_fast_intervals():
+    """NVML spends 20 ms inside each PCIe throughput call: a 100 ms agent must not call it every round."""
+    clock = StepClock()
+    fake = FakeNvml(gpus=[hopper(pcie_kbps=(1000, 2000))])
+    src = NvmlSource(nvml=fake, clock=clock)
+    for _ in range(30):                      # 3 s of reads every 100 ms
+        readings = src.read()
+        assert by_gpu(readings, N.GPU_PCIE_IO.name, network__io__direction="transmit")
+        clock.t += 0.1
+    calls = fake.calls[("nvmlDeviceGetPcieThroughput", 0)]
+    assert 4 <= calls <= 8, calls            # 2 directions x about 3 samples, not 2 x 30
+
+
 def test_clock_event_reasons_from_the_bit_mask():
     mask = pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwThermalSlowdown | 0x200
     src = NvmlSource(nvml=FakeNvml(gpus=[hopper(clock_event_reasons=mask)]))
