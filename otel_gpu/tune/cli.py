@@ -184,6 +184,9 @@ def run(args) -> int:
     settings = _settings(args)
     console = Console() if sys.stdout.isatty() else Console(width=160)
     if args.report_only:
+        db = settings.storage[len("sqlite:///"):] if settings.storage.startswith("sqlite:///") else None
+        if db and not Path(db).is_file():
+            raise UsageError(f"no study storage at {db}")
         try:
             study = optuna.load_study(study_name=settings.study_name, storage=open_storage(settings.storage))
         except (KeyError, TuneError) as exc:

@@ -202,6 +202,13 @@ def test_resume_with_a_different_base_is_refused(tmp_path):
     tuner = Tuner(s, LogObjective(warmup=1), env=clean_env())
     tuner.prepare()
     tuner.run()
+    report_dir = tmp_path / "report"
+    argv = ["tune", "--base-config", str(base), "--study", str(tmp_path / "out" / "study.db"), "--study-name", "t",
+            "--out", str(report_dir), "--report-only"]
+    assert main(argv) == 0
+    assert "| 0 | baseline | **ok** |" in (report_dir / "report.md").read_text()
+    assert (report_dir / "best_config.json").read_text() == (tmp_path / "out" / "trials" / "0000" / "ds_config.json").read_text()
+    assert main(argv[:4] + [str(tmp_path / "none.db")] + argv[5:]) == 2 and not (tmp_path / "none.db").exists()
     cfg = json.loads(base.read_text())
     cfg["zero_optimization"]["overlap_comm"] = True
     base.write_text(json.dumps(cfg))
