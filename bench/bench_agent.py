@@ -117,7 +117,7 @@ def main() -> int:
                 ratio = "" if name == "node_exporter" else f"{m['cpu_s'] / peer:.2f}"
                 table.add_row(f"{interval:g} s", name, f"{m['cpu_s']:.2f}", f"{m['cpu_pct_core']:.2f}",
                               f"{m['peak_rss_mb']:.1f}", f"{m['scrapes']:.0f}", ratio)
-    Console().print(table)
+    Console(width=150).print(table)
     return 0
 
 
