@@ -231,6 +231,10 @@ def main() -> int:
             runs.append((f"{args.grow_from} x{n} in one file",
                          grow(gpu_sets[args.grow_from], n, os.path.join(work, f"grow{n}"))))
     results = []
+    backend = subprocess.run([sys.executable, "-c", "from otel_gpu.trace.parse import JSON_BACKEND as b; print(b)"],
+                             capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    print(f"ours: python -m otel_gpu.trace analyze DIR --csv OUT --quiet (JSON decoder: {backend}); "
+          f"HTA 0.5.0: {hta_py}")
     print(f"{'set':<44} {'ranks':>5} {'MB gz':>7} {'HTA s':>8} {'ours s':>8} {'speedup':>8} "
           f"{'HTA MB':>8} {'ours MB':>8} {'mem ratio':>9}  numbers")
     for label, d in runs:

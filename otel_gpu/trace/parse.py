@@ -16,6 +16,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+try:  # optional fast decoder (pip install 'otel-gpu[trace]'); the stdlib one is the fallback
+    import orjson as _fast_json
+except ImportError:  # pragma: no cover - depends on the environment
+    _fast_json = None
+
 CHUNK_CHARS = 1 << 22  # 4 Mi characters of text per read
 _WS = " \t\r\n"
 _RANK_RE = re.compile(r'"rank":[^\S\n]+(\d+)')  # HTA's rank detection: first match, one line
@@ -319,6 +324,10 @@ def _read_array(text: _Text, col: _Collector) -> None:
             raise text.error("truncated JSON" if c == "" else f"invalid JSON in traceEvents: unexpected {c!r}")
 
 
+_loads = _fast_json.loads if _fast_json is not None else json.loads
+JSON_BACKEND = "orjson" if _fast_json is not None else "json"
+
+
 def _batch(text: _Text, add) -> bool:
     """Decode many events with one ``json.loads``: from the cursor (an event start) up to the last
     ``},`` in the buffer. A cut inside a string or a nested value cannot parse, so a successful
@@ -331,10 +340,16 @@ def _batch(text: _Text, add) -> bool:
         cut = buf.rfind("},", pos, cut)
         if cut <= pos:
             return False
+        piece = "[" + buf[pos:cut + 1] + "]"
         try:
-            events = json.loads("[" + buf[pos:cut + 1] + "]")
-        except json.JSONDecodeError:
-            continue
+            events = _loads(piece)
+        except ValueError:  # JSONDecodeError of either decoder; NaN literals: stdlib only
+            try:
+                events = json.loads(piece) if _fast_json is not None else None
+            except ValueError:
+                events = None
+            if events is None:
+                continue
         for e in events:
             add(e)
         text.pos = cut + 2
