@@ -94,7 +94,10 @@ def delta(sel: str, w: str) -> str:
 
 
 def rank_summary(job_sel: str, w: float, res: float) -> str:
-    """Per rank (host_name, otelgpu_rank): steps, step time, phase seconds, sample count and span."""
+    """Per rank (host_name, otelgpu_rank): steps, step time, phase seconds, sample count, span, and
+    the step counter's last value, the first value of the step-time sum and of each phase counter,
+    with its time. First values and times come from the same subquery steps, so they belong together
+    (a counter's minimum is its first value; `timestamp()` gives that sample's own time)."""
     W, R = dur(w), dur(res)
     steps = selector(N.TRAIN_STEPS.prometheus_name(), job_sel)
     hist = N.TRAIN_STEP_DURATION.prometheus_name()
@@ -105,8 +108,12 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
         "step_count": f"sum by ({RANK_BY}) ({delta(selector(hist, job_sel, '_count'), W)})",
         "phase:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({delta(phase, W)})",
         "n": f"max by ({RANK_BY}) (count_over_time({steps}[{W}]))",
+        "first_sum": f"min by ({RANK_BY}) (min_over_time({selector(hist, job_sel, '_sum')}[{W}:{R}]))",
+        "last": f"max by ({RANK_BY}) (last_over_time({steps}[{W}]))",
         "t0": f"min by ({RANK_BY}) (min_over_time(timestamp({steps})[{W}:{R}]))",
         "t1": f"max by ({RANK_BY}) (max_over_time(timestamp({steps})[{W}:{R}]))",
+        "pfirst:otelgpu_phase": f"min by ({RANK_BY}, otelgpu_phase) (min_over_time({phase}[{W}:{R}]))",
+        "pt0:otelgpu_phase": f"min by ({RANK_BY}, otelgpu_phase) (min_over_time(timestamp({phase})[{W}:{R}]))",
     })
 
 

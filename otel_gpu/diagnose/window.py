@@ -16,6 +16,7 @@ from ..promql import PromClient, Series
 from . import queries as Qb
 
 MAX_POINTS = 720   # timeline resolution: at most this many steps over the window
+OUTSIDE_STEPS = ("checkpoint", "eval")   # phases that run between steps, not inside them
 
 
 class DiagnoseError(RuntimeError):
@@ -34,6 +35,14 @@ class RankStats:
     samples: int = 0
     first_t: float | None = None
     last_t: float | None = None
+    first_step_s: float | None = None  # step-time sum at the first point (seconds in steps before it)
+    last_steps: float | None = None    # step counter at last_t
+    phase_first: dict[str, tuple[float, float]] = field(default_factory=dict)  # phase -> (first value, its time)
+
+    @property
+    def started_inside(self) -> bool:
+        """The counter started in the window (its increase is its whole value)."""
+        return self.last_steps is not None and abs(self.last_steps - self.steps) < 0.5
 
     @property
     def mean_step_s(self) -> float | None:
@@ -120,6 +129,14 @@ class Window:
         return max(0.0, min(self.duration_s, last_t - first_t + lead))
 
     def rank_wall_s(self, r: RankStats) -> float:
+        """A rank's wall time in the window. When it started inside the window, the time before its
+        first point is the time counted at that point: in steps, and in phases outside steps (the
+        first export comes up to an interval after the first step; first steps are often slow)."""
+        if r.started_inside and r.first_t is not None and r.last_t is not None and r.first_step_s is not None:
+            lead = r.first_step_s + sum(v for p, (v, t) in r.phase_first.items()
+                                        if p in OUTSIDE_STEPS and t <= r.first_t + 1e-3)
+            lead = min(lead, max(0.0, r.first_t - self.start))
+            return max(0.0, min(self.duration_s, r.last_t - r.first_t + lead))
         return self.active_s(r.first_t, r.last_t)
 
     def gpu_time_s(self) -> float:
@@ -159,7 +176,10 @@ def parse_ranks(result: list[Series]) -> list[RankStats]:
             rank=rank, host=host, steps=v.get("steps") or 0.0, step_time_s=v.get("step_sum") or 0.0,
             step_count=v.get("step_count") or 0.0,
             phases={k[len("phase_"):]: x for k, x in v.items() if k.startswith("phase_") and x is not None},
-            samples=int(v.get("n") or 0), first_t=v.get("t0"), last_t=v.get("t1")))
+            samples=int(v.get("n") or 0), first_t=v.get("t0"), last_t=v.get("t1"),
+            first_step_s=v.get("first_sum"), last_steps=v.get("last"),
+            phase_first={k[len("pfirst_"):]: (x, v[f"pt0_{k[len('pfirst_'):]}"]) for k, x in v.items()
+                         if k.startswith("pfirst_") and x is not None and v.get(f"pt0_{k[len('pfirst_'):]}") is not None}))
     return out
 
 
