@@ -15,7 +15,7 @@ CATEGORIES = ("host_wait", "kernel_wait", "other")
 STAT_COLUMNS = ("count", "mean", "std", "min", "25%", "50%", "75%", "max")
 
 
-def _runtime_ts(v: RankView, rows: np.ndarray) -> np.ndarray:
+def runtime_ts(v: RankView, rows: np.ndarray) -> np.ndarray:
     """Start (us) of each row's correlated event among the kept rows, NaN when absent.
 
     Follows HTA's join on index_correlation, including its quirk that an unmatched kernel
@@ -53,7 +53,7 @@ def idle_time_breakdown(v: RankView, consecutive_kernel_delay: float = 30,
     if streams is None or len(streams) == 0:
         _, first = np.unique(ev.stream[rows], return_index=True)
         streams = ev.stream[rows][np.sort(first)].tolist()
-    runtime = _runtime_ts(v, rows)
+    runtime = runtime_ts(v, rows)
     breakdown: list[dict] = []
     stats: list[dict] = []
     for stream in streams:

@@ -50,6 +50,7 @@ class RankView:
     ts0: int = 0  # subtracted from ts (earliest event of the set)
     last_step_dropped: bool = False  # HTA's rule removed the last ProfilerStep's events
     _types: list[str] | None = field(default=None, repr=False)
+    _type_table: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def names(self) -> list[str]:
@@ -69,8 +70,10 @@ class RankView:
         return self._types
 
     def type_of_rows(self, rows_name: np.ndarray) -> np.ndarray:
-        table = np.array(self.name_types() or ["OTHER"], dtype=object)
-        return table[rows_name] if len(rows_name) else np.array([], dtype=object)
+        """Kernel type (object array of str) of each name id."""
+        if self._type_table is None:
+            self._type_table = np.array(self.name_types() or [OTHER], dtype=object)
+        return self._type_table[rows_name] if len(rows_name) else np.array([], dtype=object)
 
     def symbol_ids(self, wanted) -> np.ndarray:
         """Ids of the given symbol names present in this rank."""

@@ -12,17 +12,17 @@ import numpy as np
 
 from .analyze import jsonable
 
-# CSV file -> (document key, columns); names follow HTA's outputs where there is one
+# CSV file -> document key; file names follow HTA's outputs where there is one
 CSV_TABLES = {
-    "temporal_breakdown.csv": ("temporal_breakdown", None),
-    "gpu_kernel_breakdown_kernel_type.csv": ("kernel_type_breakdown", None),
-    "gpu_kernel_breakdown_kernels.csv": ("kernel_breakdown", None),
-    "idle_time_breakdown.csv": ("idle_time_breakdown", None),
-    "idle_time_interval_stats.csv": ("idle_interval_stats", None),
-    "comm_comp_overlap.csv": ("comm_comp_overlap", None),
-    "launch_summary.csv": ("launch_stats", None),
-    "findings.csv": ("findings", None),
-    "checks.csv": ("checks", None),
+    "temporal_breakdown.csv": "temporal_breakdown",
+    "gpu_kernel_breakdown_kernel_type.csv": "kernel_type_breakdown",
+    "gpu_kernel_breakdown_kernels.csv": "kernel_breakdown",
+    "idle_time_breakdown.csv": "idle_time_breakdown",
+    "idle_time_interval_stats.csv": "idle_interval_stats",
+    "comm_comp_overlap.csv": "comm_comp_overlap",
+    "launch_summary.csv": "launch_stats",
+    "findings.csv": "findings",
+    "checks.csv": "checks",
 }
 PAIR_COLUMNS = ("correlation", "cpu_duration", "gpu_duration", "launch_delay")
 
@@ -43,7 +43,7 @@ def _csv_text(rows: list[dict]) -> str:
 def csv_files(doc: dict) -> dict[str, str]:
     """File name -> CSV text for an analysis document."""
     clean = jsonable(doc)
-    out = {name: _csv_text(clean.get(key) or []) for name, (key, _) in CSV_TABLES.items()}
+    out = {name: _csv_text(clean.get(key) or []) for name, key in CSV_TABLES.items()}
     out["steps.csv"] = _csv_text(clean["cross_rank"]["steps"])
     for rank, p in doc.get("_launch_pairs", {}).items():
         buf = io.StringIO()

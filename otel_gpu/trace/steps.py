@@ -11,7 +11,9 @@ import re
 
 import numpy as np
 
-from .model import SYNC_EVENT_NAMES, RankView
+from .breakdown import gpu_kernels, merge_intervals
+from .idle import runtime_ts
+from .model import COMMUNICATION, SYNC_EVENT_NAMES, RankView
 
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
@@ -60,10 +62,6 @@ _COMM_OP_RE = re.compile(r"^(gloo:|nccl:|c10d::|record_param_comms)|all_?reduce|
 def comm_time_per_step(v: RankView, windows: list[tuple[int, float, float]]) -> dict[int, float]:
     """Time (us) spent in communication per step: the union of NCCL kernels launched in the step,
     or on CPU-only traces the union of collective CPU ops (gloo/nccl/c10d) inside the step window."""
-    from .breakdown import gpu_kernels, merge_intervals
-    from .idle import _runtime_ts
-    from .model import COMMUNICATION
-
     out = {w[0]: 0.0 for w in windows}
     if not windows:
         return out
@@ -71,7 +69,7 @@ def comm_time_per_step(v: RankView, windows: list[tuple[int, float, float]]) -> 
     comm = k["type"] == COMMUNICATION
     if comm.any():
         ts, end = k["ts"][comm], k["end"][comm]
-        rt = _runtime_ts(v, k["rows"][comm])
+        rt = runtime_ts(v, k["rows"][comm])
         step = step_of(np.where(np.isnan(rt), ts, rt).astype(np.float64), windows)
         for s_ in out:
             m = step == s_
