@@ -22,16 +22,23 @@ from typing import Callable, Iterable
 
 from .trial import LOG_NAME, TRIAL_LABEL
 
-STEP_METRIC = "otelgpu_train_step_duration_seconds"   # names.TRAIN_STEP_DURATION in Prometheus form
-RANK_LABEL, WORLD_LABEL = "otelgpu_rank", "otelgpu_world_size"
+from .. import names
+
+STEP_METRIC = names.TRAIN_STEP_DURATION.prometheus_name()     # otelgpu_train_step_duration_seconds
+RANK_LABEL, WORLD_LABEL = names.RANK.replace(".", "_"), names.WORLD_SIZE.replace(".", "_")
+
+
+def _prom(spec) -> str:
+    return spec.prometheus_name()
+
 
 # Evidence: PromQL over the steady window; {sel} is the user's extra selector, {w} the window.
 EVIDENCE = {
-    "sm_activity": "avg(avg_over_time(otelgpu_gpu_sm_activity_ratio{sel}[{w}]))",
-    "gpu_utilization": "avg(avg_over_time(hw_gpu_utilization_ratio{sel}[{w}]))",
-    "nvlink_bytes_per_s": "sum(rate(otelgpu_gpu_nvlink_io_bytes_total{sel}[{w}]))",
-    "ib_bytes_per_s": "sum(rate(hw_network_io_bytes_total{sel}[{w}]))",
-    "gpu_memory_peak_bytes": "max(max_over_time(hw_gpu_memory_usage_bytes{sel}[{w}]))",
+    "sm_activity": f"avg(avg_over_time({_prom(names.GPU_SM_ACTIVITY)}{{sel}}[{{w}}]))",
+    "gpu_utilization": f"avg(avg_over_time({_prom(names.GPU_UTILIZATION)}{{sel}}[{{w}}]))",
+    "nvlink_bytes_per_s": f"sum(rate({_prom(names.GPU_NVLINK_IO)}{{sel}}[{{w}}]))",
+    "ib_bytes_per_s": f"sum(rate({_prom(names.IB_IO)}{{sel}}[{{w}}]))",
+    "gpu_memory_peak_bytes": f"max(max_over_time({_prom(names.GPU_MEMORY_USAGE)}{{sel}}[{{w}}]))",
 }
 MEMORY_KEY = "gpu_memory_peak_bytes"
 

@@ -8,12 +8,14 @@ So a killed tuner, started again with the same arguments, loses no trial and rep
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import re
 import socket
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -88,10 +90,29 @@ def storage_url(study: str | os.PathLike) -> str:
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-    except Exception as exc:   # SQLAlchemy raises many kinds; say which storage and why
-        raise TuneError(f"cannot open study storage {url}: {' '.join(str(exc).split())[:200]}") from None
+    for attempt in range(3):   # workers starting together race to create the tables: retry
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+        except Exception as exc:   # SQLAlchemy raises many kinds; say which storage and why
+            if attempt == 2:
+                raise TuneError(f"cannot open study storage {url}: {' '.join(str(exc).split())[:200]}") from None
+            time.sleep(0.5 + attempt)
+    raise AssertionError("unreachable")
+
+
+@contextmanager
+def storage_lock(url: str):
+    """Serialize ask()/seeding between processes sharing one SQLite file (SQLite has no
+    SELECT ... FOR UPDATE, so two workers could pop the same queued trial). Server RDBs lock rows."""
+    if not url.startswith("sqlite:///"):
+        yield
+        return
+    with open(url[len("sqlite:///"):] + ".lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _owner() -> dict[str, Any]:
@@ -142,12 +163,19 @@ class Tuner:
             if errors:
                 raise TuneError(f"{s.base_config}: DeepSpeed rejects the base config: {errors[0]}")
         s.out.mkdir(parents=True, exist_ok=True)
-        storage = open_storage(s.storage)
+        if s.storage.startswith("sqlite:///"):
+            Path(s.storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         sampler = optuna.samplers.TPESampler(seed=s.seed, multivariate=True, constant_liar=True,
                                              n_startup_trials=8)
-        self.study = optuna.create_study(storage=storage, study_name=s.study_name, direction="minimize",
-                                         sampler=sampler, load_if_exists=True)
         identity = {"base_config_sha256": hashlib.sha256(raw).hexdigest(), "command": s.command}
+        with storage_lock(s.storage):
+            self.study = optuna.create_study(storage=open_storage(s.storage), study_name=s.study_name,
+                                             direction="minimize", sampler=sampler, load_if_exists=True)
+            self._seed(identity, values)
+        self.retire_stale()
+
+    def _seed(self, identity: dict, values: dict) -> None:
+        s = self.s
         attrs = self.study.user_attrs
         if "base_config_sha256" not in attrs:
             for k, v in {**identity, "resolved_base": self.base, "base_config": str(s.base_config),
@@ -162,11 +190,14 @@ class Tuner:
                     what = "base config" if k.startswith("base") else "command"
                     raise TuneError(f"study {s.study_name!r} in {s.storage} was started with a different {what}; "
                                     "pass the same one to resume, or a new --study")
-        self.retire_stale()
 
     # ---- resume -----------------------------------------------------------------------------------
     def retire_stale(self) -> list[int]:
         """Retire RUNNING trials whose tuner is gone; returns their numbers."""
+        with storage_lock(self.s.storage):
+            return self._retire_stale()
+
+    def _retire_stale(self) -> list[int]:
         me, now, retired = _owner(), time.time(), []
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             a = t.user_attrs
@@ -225,7 +256,8 @@ class Tuner:
 
     def run_one(self) -> Record:
         t0 = time.monotonic()
-        trial = self.study.ask()
+        with storage_lock(self.s.storage):
+            trial = self.study.ask()
         try:
             return self._run(trial, t0)
         except BaseException:

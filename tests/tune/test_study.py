@@ -214,3 +214,55 @@ def test_resume_with_a_different_base_is_refused(tmp_path):
     base.write_text(json.dumps(cfg))
     with pytest.raises(Exception, match="different base config"):
         Tuner(s, LogObjective(warmup=1), env=clean_env()).prepare()
+
+
+def test_memory_limit_fails_a_trial(victoriametrics, tmp_path):
+    """Peak GPU memory over the trial's steady window (as the node agent exports it) above the limit."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.metrics import Observation
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+
+    from otel_gpu import names
+
+    vm, host = victoriametrics, f"mem-{time.time_ns()}"
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(endpoint=vm.otlp_metrics_url), export_interval_millis=200)
+    provider = MeterProvider(resource=Resource.create({"host.name": host}), metric_readers=[reader])
+    provider.get_meter("agent-stand-in").create_observable_up_down_counter(
+        names.GPU_MEMORY_USAGE.name, [lambda o: [Observation(70 * 2**30, {names.HW_ID: "GPU-0"})]], unit="By")
+    base = copy_base(tmp_path)
+    s = _settings(tmp_path, base, fake_command(steps=30), trials=1, prune=False, max_memory_bytes=64 * 2**30,
+                  otlp_endpoint=vm.url + "/opentelemetry", export_interval_ms=200)
+    tuner = Tuner(s, PromObjective(PromClient(vm.url), warmup=3, selector=f'host_name="{host}"', settle_s=10),
+                  env=clean_env())
+    tuner.prepare()
+    try:
+        with flushing(vm):
+            (record,) = tuner.run()
+    finally:
+        provider.shutdown()
+    assert record.status == "over-memory", record
+    assert record.reason == "peak GPU memory 70.00 GiB over the 64.00 GiB limit"
+    assert record.evidence["gpu_memory_peak_bytes"] == 70 * 2**30 and record.step_time_s > 0
+    assert not (tmp_path / "out" / "best_config.json").exists()
+
+
+def test_two_workers_share_one_study(tmp_path):
+    """Two tuner processes on one SQLite study: every trial runs once, in its own folder."""
+    base = copy_base(tmp_path)
+    out = tmp_path / "out"
+    argv = CLI + ["tune", "--base-config", str(base), "--command", fake_command(steps=15), "--trials", "8",
+                  "--out", str(out), "--study-name", "t", "--hidden-size", "64", "--no-prune",
+                  "--trial-timeout", "30", "--no-deepspeed-check"]
+    procs = [subprocess.Popen(argv, cwd=REPO, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=180)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    study = optuna.load_study(study_name="t", storage=storage_url(out / "study.db"))
+    done = [t for t in study.get_trials() if t.state != optuna.trial.TrialState.WAITING]
+    assert 8 <= len(done) <= 9 and all(t.user_attrs["status"] == "ok" for t in done)
+    assert len({t.user_attrs["tuner_pid"] for t in done}) == 2          # both worked
+    assert [t.user_attrs["role"] for t in done].count("baseline") == 1
+    assert len({json.dumps(t.params, sort_keys=True) for t in done}) == len(done)
+    assert len(list((out / "trials").iterdir())) == len(done)
