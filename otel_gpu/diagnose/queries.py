@@ -84,7 +84,9 @@ def union(parts: dict[str, str]) -> str:
 
 
 def dur(seconds: float) -> str:
-    return f"{max(1, int(round(seconds)))}s"
+    """A PromQL duration: whole seconds, else milliseconds (at least 1 ms)."""
+    ms = max(1, int(round(seconds * 1000)))
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 def delta(sel: str, w: str) -> str:
@@ -93,32 +95,40 @@ def delta(sel: str, w: str) -> str:
     return f"(last_over_time({sel}[{w}]) - {sel} offset {w}) or last_over_time({sel}[{w}])"
 
 
+def first_time(expr: str, W: str, R: str) -> str:
+    """The first subquery step (every R) at which `expr` has a point: within R after its first sample.
+    (`time() + 0 * x` instead of `timestamp(x)`, which Prometheus 2.x evaluates slowly in subqueries.)"""
+    return f"min_over_time((time() + 0 * {expr})[{W}:{R}])"
+
+
 def rank_summary(job_sel: str, w: float, res: float) -> str:
-    """Per rank (host_name, otelgpu_rank): steps, step time, phase seconds, sample count, span, and
-    the step counter's last value, the first value of the step-time sum and of each phase counter,
-    with its time. First values and times come from the same subquery steps, so they belong together
-    (a counter's minimum is its first value; `timestamp()` gives that sample's own time)."""
+    """Per rank (host_name, otelgpu_rank): steps, step time and phase seconds in the window; points,
+    the first and last time the step counter moved (within `res`), and the time counted at the first
+    point (step time plus checkpoint/eval phases), taken at the same subquery step as the first time."""
     W, R = dur(w), dur(res)
     steps = selector(N.TRAIN_STEPS.prometheus_name(), job_sel)
     hist = N.TRAIN_STEP_DURATION.prometheus_name()
     phase = selector(N.TRAIN_PHASE_TIME.prometheus_name(), job_sel)
+    between = selector(N.TRAIN_PHASE_TIME.prometheus_name(), job_sel, otelgpu_phase="~checkpoint|eval")
+    by = f"by ({RANK_BY})"
+    st = f"max {by} ({steps})"
+    counted = f"sum {by} ({selector(hist, job_sel, '_sum')})"
     return union({
-        "steps": f"sum by ({RANK_BY}) ({delta(steps, W)})",
-        "step_sum": f"sum by ({RANK_BY}) ({delta(selector(hist, job_sel, '_sum'), W)})",
-        "step_count": f"sum by ({RANK_BY}) ({delta(selector(hist, job_sel, '_count'), W)})",
+        "steps": f"sum {by} ({delta(steps, W)})",
+        "step_sum": f"sum {by} ({delta(selector(hist, job_sel, '_sum'), W)})",
+        "step_count": f"sum {by} ({delta(selector(hist, job_sel, '_count'), W)})",
         "phase:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({delta(phase, W)})",
-        "n": f"max by ({RANK_BY}) (count_over_time({steps}[{W}]))",
-        "first_sum": f"min by ({RANK_BY}) (min_over_time({selector(hist, job_sel, '_sum')}[{W}:{R}]))",
-        "last": f"max by ({RANK_BY}) (last_over_time({steps}[{W}]))",
-        "t0": f"min by ({RANK_BY}) (min_over_time(timestamp({steps})[{W}:{R}]))",
-        "t1": f"max by ({RANK_BY}) (max_over_time(timestamp({steps})[{W}:{R}]))",
-        "pfirst:otelgpu_phase": f"min by ({RANK_BY}, otelgpu_phase) (min_over_time({phase}[{W}:{R}]))",
-        "pt0:otelgpu_phase": f"min by ({RANK_BY}, otelgpu_phase) (min_over_time(timestamp({phase})[{W}:{R}]))",
+        "n": f"max {by} (count_over_time({steps}[{W}]))",
+        "last": f"max {by} (last_over_time({steps}[{W}]))",
+        "t0": first_time(st, W, R),
+        "t1": first_time(f"({st} == max {by} (last_over_time({steps}[{W}] @ end())))", W, R),
+        "first_sum": f"min_over_time((({counted} + sum {by} ({between})) or {counted})[{W}:{R}])",
     })
 
 
 def gpu_summary(agent_sel: str, w: float, res: float) -> str:
-    """Per GPU (host_name, hw_id, otelgpu_gpu_index): means, peaks, throttle shares, span, ranks."""
+    """Per GPU (host_name, hw_id, otelgpu_gpu_index): means, peaks, throttle shares, points, first
+    time (within `res`) and last time (when alive at the end), ranks on it."""
     W, R = dur(w), dur(res)
     mem = selector(N.GPU_MEMORY_USAGE, agent_sel)
     clock = selector(N.GPU_CLOCK, agent_sel, otelgpu_clock_domain="sm")
@@ -138,8 +148,8 @@ def gpu_summary(agent_sel: str, w: float, res: float) -> str:
         "throttle:otelgpu_clock_event_reason": f"avg by ({GPU_BY}, otelgpu_clock_event_reason) (avg_over_time({reasons}[{W}]))",
         "rank:otelgpu_rank": f"max by ({GPU_BY}, otelgpu_rank) (max_over_time({selector(N.GPU_PROCESS_MEMORY, agent_sel)}[{W}]))",
         "n": f"max {g} (count_over_time({mem}[{W}]))",
-        "t0": f"min {g} (min_over_time(timestamp({mem})[{W}:{R}]))",
-        "t1": f"max {g} (max_over_time(timestamp({mem})[{W}:{R}]))",
+        "t0": first_time(f"max {g} ({mem})", W, R),
+        "t1": f"max {g} (timestamp({mem}))",   # exact while the series is alive at the window's end
     })
 
 

@@ -16,7 +16,7 @@ from ..promql import PromClient, Series
 from . import queries as Qb
 
 MAX_POINTS = 720   # timeline resolution: at most this many steps over the window
-OUTSIDE_STEPS = ("checkpoint", "eval")   # phases that run between steps, not inside them
+SUB_POINTS = 360   # subquery resolution for first/last times: window / this
 
 
 class DiagnoseError(RuntimeError):
@@ -35,9 +35,8 @@ class RankStats:
     samples: int = 0
     first_t: float | None = None
     last_t: float | None = None
-    first_step_s: float | None = None  # step-time sum at the first point (seconds in steps before it)
-    last_steps: float | None = None    # step counter at last_t
-    phase_first: dict[str, tuple[float, float]] = field(default_factory=dict)  # phase -> (first value, its time)
+    first_step_s: float | None = None  # time counted at the first point: steps, checkpoint and eval phases
+    last_steps: float | None = None    # step counter at its last point
 
     @property
     def started_inside(self) -> bool:
@@ -129,12 +128,12 @@ class Window:
         return max(0.0, min(self.duration_s, last_t - first_t + lead))
 
     def rank_wall_s(self, r: RankStats) -> float:
-        """A rank's wall time in the window. When it started inside the window, the time before its
-        first point is the time counted at that point: in steps, and in phases outside steps (the
-        first export comes up to an interval after the first step; first steps are often slow)."""
+        """A rank's wall time in the window: from its first to its last step counter movement, plus,
+        when it started inside the window, the time counted at its first point (steps, checkpoint and
+        eval phases: the first export comes up to an interval after the first step, and first steps
+        are often slow)."""
         if r.started_inside and r.first_t is not None and r.last_t is not None and r.first_step_s is not None:
-            lead = r.first_step_s + sum(v for p, (v, t) in r.phase_first.items()
-                                        if p in OUTSIDE_STEPS and t <= r.first_t + 1e-3)
+            lead = r.first_step_s
             lead = min(lead, max(0.0, r.first_t - self.start))
             return max(0.0, min(self.duration_s, r.last_t - r.first_t + lead))
         return self.active_s(r.first_t, r.last_t)
@@ -177,9 +176,7 @@ def parse_ranks(result: list[Series]) -> list[RankStats]:
             step_count=v.get("step_count") or 0.0,
             phases={k[len("phase_"):]: x for k, x in v.items() if k.startswith("phase_") and x is not None},
             samples=int(v.get("n") or 0), first_t=v.get("t0"), last_t=v.get("t1"),
-            first_step_s=v.get("first_sum"), last_steps=v.get("last"),
-            phase_first={k[len("pfirst_"):]: (x, v[f"pt0_{k[len('pfirst_'):]}"]) for k, x in v.items()
-                         if k.startswith("pfirst_") and x is not None and v.get(f"pt0_{k[len('pfirst_'):]}") is not None}))
+            first_step_s=v.get("first_sum"), last_steps=v.get("last")))
     return out
 
 
@@ -262,13 +259,14 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
     w = Window(job=job, start=start, end=end)
     dur = end - start
     res = resolution(dur)
+    sub = max(0.01, dur / SUB_POINTS)
     job_sel = Qb.job_matcher(job)
-    w.ranks = parse_ranks(client.query(Qb.rank_summary(job_sel, dur, res), time=end))
+    w.ranks = parse_ranks(client.query(Qb.rank_summary(job_sel, dur, sub), time=end))
     hosts = sorted({r.host for r in w.ranks if r.host})
     agent_sels = [job_sel] + ([Qb.hosts_matcher(hosts)] if hosts and job else [])
     agent_sel = job_sel
     for sel in agent_sels:
-        w.gpus = parse_gpus(client.query(Qb.gpu_summary(sel, dur, res), time=end))
+        w.gpus = parse_gpus(client.query(Qb.gpu_summary(sel, dur, sub), time=end))
         if w.gpus:
             agent_sel = sel
             break
@@ -288,6 +286,9 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
                             f"(otelgpu_train_steps_total): instrument the training loop (otel_gpu.training) "
                             f"or pass --gpu-only")
     w.interval_s = estimate_interval(w.ranks, w.gpus)
+    for g in w.gpus:   # a GPU series that ended before the window did: its last point from its count
+        if g.last_t is None and g.first_t is not None and g.samples:
+            g.last_t = g.first_t + (g.samples - 1) * w.interval_s
     w.step_s = res
     smooth = max(res, 2 * w.interval_s)
     w.timeline = parse_timeline(client.query_range(Qb.timeline(job_sel, agent_sel, smooth), start, end, res),
