@@ -20,7 +20,7 @@ import httpx
 # Collectives and ZeRO parameter-fetch / gradient-partition functions (matched in frame names).
 COMM = re.compile(
     r"fetch_sub_module|reduce_and_partition_ipg_grads|reduce_ipg_grads|all_?gather|all_?reduce|"
-    r"reduce_?scatter|all_?to_?all|^_?broadcast|^_?barrier$|^(i?send|i?recv)$", re.I)
+    r"reduce_?scatter|all_?to_?all|(^|\.)_*(broadcast\w*|barrier|i?send|i?recv)$", re.I)
 ZERO = re.compile(r"fetch_sub_module|reduce_and_partition_ipg_grads|reduce_ipg_grads|partition_param|_allgather_param", re.I)
 PHASE_LABEL = "phase"
 NS = 1e-9
