@@ -86,6 +86,8 @@ def register(sub) -> None:
     p.add_argument("--last", metavar="DUR", help="window of this length ending now (default 1h)")
     p.add_argument("--json", metavar="OUT", help="write the report as JSON ('-' for stdout)")
     p.add_argument("--markdown", metavar="OUT", help="write the report as Markdown ('-' for stdout)")
+    p.add_argument("--tune-space", metavar="OUT", help="write the suggested `otel-gpu tune --space` file (JSON) of a "
+                                                        "ZeRO communication finding")
     p.add_argument("--thresholds", metavar="FILE", help="threshold overrides (.toml, .yaml)")
     p.add_argument("--gpu-only", action="store_true", help="diagnose node/GPU metrics even without step metrics")
     p.add_argument("--grafana", metavar="URL", help="also write findings as Grafana annotations")
@@ -144,6 +146,15 @@ def run(args) -> int:
                 rp.write_atomic(path, outputs[kind])
             except OSError as exc:
                 return _fail(f"cannot write {path}: {exc.strerror or exc}")
+    space = next((f["tune_space"] for f in d["findings"] if f["tune_space"]), None)
+    if args.tune_space:
+        if space is None:
+            print("otel-gpu diagnose: no ZeRO communication finding: no tune space written", file=sys.stderr)
+        else:
+            try:
+                rp.write_atomic(args.tune_space, json.dumps(space, indent=1) + "\n")
+            except OSError as exc:
+                return _fail(f"cannot write {args.tune_space}: {exc.strerror or exc}")
     if not to_stdout:
         sys.stdout.write(rp.text(d))
     if args.grafana:

@@ -9,21 +9,26 @@ from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
 from .window import Window
 
-# Suggested `otel-gpu tune` spaces (DeepSpeed config paths; ranges as low/high, log scale).
-LATENCY_SPACE = {
-    "zero_optimization.reduce_bucket_size": {"low": 5e7, "high": 2e9, "log": True},
-    "zero_optimization.stage3_prefetch_bucket_size": {"low": 5e6, "high": 1e9, "log": True},
-    "zero_optimization.stage3_param_persistence_threshold": {"low": 1e4, "high": 1e7, "log": True},
-    "zero_optimization.stage3_max_live_parameters": {"low": 1e8, "high": 3e9, "log": True},
-    "zero_optimization.overlap_comm": {"choices": [True, False]},
-}
-BANDWIDTH_SPACE = {
-    "zero_optimization.stage3_param_persistence_threshold": {"low": 1e5, "high": 1e8, "log": True},
-    "zero_optimization.stage3_max_reuse_distance": {"low": 1e8, "high": 3e9, "log": True},
+# Suggested `otel-gpu tune --space` files (its format: short names for the ZeRO-3 knobs it knows,
+# dotted config paths for others, false drops a knob). Latency-bound: fewer, larger collectives.
+LATENCY_SPACE = {"params": {
+    "reduce_bucket_size": {"low": 50_000_000, "high": 1_000_000_000},
+    "stage3_prefetch_bucket_size": {"low": 5_000_000, "high": 1_000_000_000},
+    "stage3_param_persistence_threshold": {"low": 10_000, "high": 10_000_000},
+    "stage3_max_live_parameters": {"low": 100_000_000, "high": 10_000_000_000},
+    "overlap_comm": {"choices": [True, False]},
+    "sub_group_size": False,
+}}
+# Bandwidth-bound: move fewer bytes (keep small parameters resident, gather within the node, quantize).
+BANDWIDTH_SPACE = {"params": {
+    "stage3_param_persistence_threshold": {"low": 100_000, "high": 100_000_000},
+    "stage3_max_reuse_distance": {"low": 100_000_000, "high": 10_000_000_000},
+    "stage3_max_live_parameters": {"low": 100_000_000, "high": 10_000_000_000},
     "zero_optimization.zero_hpz_partition_size": {"choices": [1, 2, 4, 8]},
     "zero_optimization.zero_quantized_weights": {"choices": [False, True]},
-    "gradient_accumulation_steps": {"low": 1, "high": 8, "log": True},
-}
+    "train_micro_batch_size_per_gpu": {"choices": [1, 2, 4, 8]},
+    "sub_group_size": False,
+}}
 
 
 def _link(w: Window) -> tuple[float | None, str]:
@@ -77,11 +82,12 @@ def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
     lost = share * base
     what = "ZeRO-3 communication wait" if zero else "communication wait"
     if zero:
-        keys = ", ".join(k.split(".")[-1] for k in space)
-        action = (f"{tell}tune ZeRO-3 with `otel-gpu tune` over {keys} (suggested space in tune_space)"
-                  if kind != "bandwidth" else
-                  f"{tell}tune ZeRO-3 with `otel-gpu tune` over {keys}: hpZ keeps gathers inside the node, "
-                  f"quantized weights halve the bytes (suggested space in tune_space)")
+        keys = ", ".join(k.split(".")[-1] for k, v in space["params"].items() if v is not False)
+        how = ("`otel-gpu tune --base-config ds.json --space space.json --command '...{config}...'` with the "
+               "suggested space (`otel-gpu diagnose --tune-space space.json` writes it)")
+        action = (f"{tell}tune ZeRO-3 over {keys}: {how}" if kind != "bandwidth" else
+                  f"{tell}tune ZeRO-3 over {keys} (hpZ keeps gathers inside the node, quantized weights halve "
+                  f"the bytes): {how}")
     else:
         action = (f"{tell}larger gradient buckets (DDP bucket_cap_mb), overlap communication with compute, "
                   f"fewer synchronisations (gradient accumulation with no_sync)")

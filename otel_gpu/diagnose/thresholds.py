@@ -42,7 +42,7 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
         "share_critical": (0.10, "... and as critical"),
     },
     "input": {
-        "share_warning": (0.05, "data-wait share of step time reported as a warning"),
+        "share_warning": (0.05, "data-wait share of the ranks' wall time reported as a warning"),
         "share_critical": (0.20, "... and as critical"),
         "cpu_saturated": (0.85, "mean host CPU busy share at or above this: CPU saturated"),
     },
@@ -157,3 +157,12 @@ def load_thresholds(path: str | Path | None) -> Thresholds:
 def describe_defaults() -> list[tuple[str, str, float, str]]:
     """(rule, key, default, meaning) rows, for docs and `--help`."""
     return [(rule, key, v, meaning) for rule, keys in DEFAULTS.items() for key, (v, meaning) in keys.items()]
+
+
+def markdown_table() -> str:
+    """The defaults as the Markdown table in docs/diagnose.md (a test keeps the two in step)."""
+    rows = ["| rule | key | default | meaning |", "|---|---|---|---|"]
+    for rule, key, v, meaning in describe_defaults():
+        value = str(int(v)) if float(v).is_integer() and abs(v) >= 1 else f"{v:g}"
+        rows.append(f"| `{rule}` | `{key}` | {value} | {meaning} |")
+    return "\n".join(rows) + "\n"

@@ -241,3 +241,11 @@ def test_ranking_by_time_at_stake_missing_last():
     assert ranked[2].severity == "critical" and ranked[3].missing == ["x"]
     with pytest.raises(ValueError):
         mk(1, "urgent")
+
+
+def test_tune_spaces_are_valid_space_files():
+    space = pytest.importorskip("otel_gpu.tune.space", reason="otel_gpu.tune not available")
+    for doc in (LATENCY_SPACE, BANDWIDTH_SPACE):
+        parsed = space.parse_space(doc, where="diagnose")
+        assert "sub_group_size" not in parsed.names()
+    assert space.parse_space(LATENCY_SPACE).by_name("reduce_bucket_size").low == 50_000_000

@@ -45,3 +45,12 @@ def test_bad_overrides_one_line(text, suffix, message):
     with pytest.raises(ThresholdError) as e:
         parse_overrides(text, suffix, "t" + suffix)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_docs_table_matches_the_defaults():
+    from pathlib import Path
+
+    from otel_gpu.diagnose.thresholds import markdown_table
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "diagnose.md").read_text()
+    assert markdown_table() in doc, "docs/diagnose.md threshold table is stale: paste markdown_table()"
