@@ -212,6 +212,21 @@ def deepspeed_errors(config: Mapping) -> list[str] | None:
     return []
 
 
+def deepspeed_default(key: str) -> Any:
+    """The code default of zero_optimization.`key` in the installed DeepSpeed (None: unknown)."""
+    try:
+        from deepspeed.runtime.zero.config import DeepSpeedZeroConfig
+    except Exception:   # not installed here
+        return None
+    for name, f in DeepSpeedZeroConfig.model_fields.items():
+        if key in (name, f.alias):
+            value = f.default
+            if isinstance(value, bool) or value is None:
+                return value
+            return int(value) if isinstance(value, int) else (value if isinstance(value, (float, str)) else None)
+    return None
+
+
 def dumps(config: Mapping) -> str:
     return json.dumps(config, indent=2) + "\n"
 

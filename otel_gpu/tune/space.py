@@ -98,6 +98,11 @@ DEEPSPEED_DEFAULTS = {
     "stage3_param_persistence_threshold": 10**5, "stage3_max_live_parameters": 10**9,
     "stage3_max_reuse_distance": 10**9,
 }
+# Code defaults of other zero_optimization keys a space may extend to (same file of DeepSpeed).
+OTHER_ZERO_DEFAULTS = {
+    "zero_hpz_partition_size": 1, "zero_quantized_weights": False, "zero_quantized_gradients": False,
+    "round_robin_gradients": False, "reduce_scatter": True, "allgather_bucket_size": 5 * 10**8,
+}
 # Settings worth trying early (applied on top of the baseline, clipped into the space).
 KNOWN_GOOD: tuple[dict, ...] = (
     {"overlap_comm": True},
@@ -128,8 +133,8 @@ class Space:
         out = {}
         for p in self.params:
             value = get_path(config, p.path)
-            if value is None and p.path[0] == ZERO and p.name in DEEPSPEED_DEFAULTS:
-                value = DEEPSPEED_DEFAULTS[p.name]
+            if value is None and len(p.path) == 2 and p.path[0] == ZERO:
+                value = {**OTHER_ZERO_DEFAULTS, **DEEPSPEED_DEFAULTS}.get(p.path[1])
             if value is not None:
                 out[p.name] = normalize(value)
         return out

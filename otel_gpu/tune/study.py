@@ -145,12 +145,14 @@ class Tuner:
             raise TuneError(f"{s.base_config}: zero_optimization.stage is not 3; this tuner tunes ZeRO stage 3")
         self.base = C.resolve_auto(base, s.facts)
         values = s.space.values_in(self.base)
+        for p in s.space.params:               # extensions DeepSpeed knows a default for
+            if p.name not in values and len(p.path) == 2 and p.path[0] == "zero_optimization":
+                default = C.deepspeed_default(p.path[1])
+                if default is not None:
+                    values[p.name] = default
         unresolved = [p.name for p in s.space.params if values.get(p.name) in (None, C.AUTO)]
         if unresolved:
-            hint = "--hidden-size or --model" if any(n != "train_micro_batch_size_per_gpu" for n in unresolved) \
-                else "--micro-batch, --grad-accum and --world-size"
-            raise TuneError(f"{', '.join(unresolved)} tuned but \"auto\" or missing in the base config: pass {hint} "
-                            "so the baseline can be resolved the way Hugging Face does")
+            raise TuneError(f"{unresolved[0]} is tuned but {_why_missing(unresolved[0])}")
         problems = C.validate(self.base, s.facts.world_size)
         if problems:
             raise TuneError(f"{s.base_config}: the base config itself would be rejected: {problems[0]}")
@@ -378,6 +380,16 @@ class Tuner:
                 C.write_json(self.s.out / "best_config.json", cfg)
         self.events("end", record)
         return record
+
+
+def _why_missing(name: str) -> str:
+    """How to give a tuned parameter its baseline value."""
+    if name in ("reduce_bucket_size", "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold"):
+        return ('"auto" in the base config: pass --hidden-size or --model so the baseline can be resolved '
+                "the way Hugging Face does")
+    if name == "train_micro_batch_size_per_gpu":
+        return '"auto" or missing in the base config: pass --micro-batch, --grad-accum and --world-size'
+    return "missing from the base config and its DeepSpeed default is unknown here: set it in the base config"
 
 
 def default_study_name(base_config: Path) -> str:

@@ -223,3 +223,18 @@ def test_write_json_exclusive_never_overwrites(tmp_path):
         C.write_json(p, {"x": 2}, exclusive=True)
     assert json.loads(p.read_text()) == {"x": 1}
     assert [f.name for f in tmp_path.iterdir()] == ["a.json"]       # no temp files left
+
+
+def test_extension_params_take_deepspeed_defaults_for_the_baseline():
+    space = parse_space({"params": {"zero_optimization.zero_hpz_partition_size": {"choices": [1, 2, 4, 8]},
+                                    "zero_optimization.zero_quantized_weights": {"choices": [False, True]}}})
+    values = space.values_in({"zero_optimization": {"stage": 3}})
+    assert values["zero_optimization.zero_hpz_partition_size"] == 1
+    assert values["zero_optimization.zero_quantized_weights"] is False
+
+
+def test_deepspeed_default_from_the_installed_model():
+    pytest.importorskip("deepspeed", reason="deepspeed not installed (otel-gpu[train])")
+    assert C.deepspeed_default("stage3_prefetch_bucket_size") == 5 * 10**7       # by alias
+    assert C.deepspeed_default("zero_hpz_partition_size") == 1
+    assert C.deepspeed_default("no_such_key") is None

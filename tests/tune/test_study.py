@@ -266,3 +266,22 @@ def test_two_workers_share_one_study(tmp_path):
     assert [t.user_attrs["role"] for t in done].count("baseline") == 1
     assert len({json.dumps(t.params, sort_keys=True) for t in done}) == len(done)
     assert len(list((out / "trials").iterdir())) == len(done)
+
+
+def test_diagnose_spaces_resolve_a_baseline(tmp_path):
+    """The spaces `otel-gpu diagnose --tune-space` writes work as --space on LLaMA-Factory's config."""
+    from otel_gpu.diagnose.comm import BANDWIDTH_SPACE, LATENCY_SPACE
+    from otel_gpu.tune.study import TuneError
+
+    base = copy_base(tmp_path)
+    for doc in (LATENCY_SPACE, BANDWIDTH_SPACE):
+        tuner = Tuner(_settings(tmp_path, base, "x {config}", trials=1, space=parse_space(doc)), LogObjective(1))
+        tuner.prepare()
+        assert tuner.baseline["reduce_bucket_size" if doc is LATENCY_SPACE else "stage3_max_reuse_distance"] > 0
+        tuner.study = None
+        for f in (tmp_path / "out").iterdir():
+            f.unlink()
+    assert tuner.baseline["zero_optimization.zero_hpz_partition_size"] == 1
+    odd = parse_space({"params": {"zero_optimization.future_knob": {"choices": [1, 2]}}})
+    with pytest.raises(TuneError, match="future_knob is tuned but missing from the base config"):
+        Tuner(_settings(tmp_path, base, "x {config}", trials=1, space=odd), LogObjective(1)).prepare()
