@@ -44,6 +44,8 @@ def register(sub) -> None:
     g.add_argument("--min-steps", type=int, default=5, help="steps after warm-up a trial must show (default 5)")
     g.add_argument("--no-prune", action="store_true", help="never stop a slow trial early")
     g.add_argument("--prune-ratio", type=float, default=1.25, help="prune at this multiple of the best step time (default 1.25)")
+    g.add_argument("--prune-after", type=int, default=5, metavar="STEPS",
+                   help="steady steps a trial must show before it can be pruned (default 5)")
     g.add_argument("--poll", type=float, default=2.0, metavar="SECONDS", help="how often a running trial is checked (default 2)")
     g.add_argument("--settle", type=float, default=15.0, metavar="SECONDS",
                    help="how long to wait for a finished trial's last samples to become queryable (default 15)")
@@ -77,7 +79,7 @@ def _settings(args):
         problem = check_template(args.command)
         if problem:
             raise UsageError(f"--command: {problem}")
-    for name in ("trials", "warmup_steps", "min_steps", "hidden_size", "micro_batch", "grad_accum", "world_size"):
+    for name in ("trials", "warmup_steps", "min_steps", "prune_after", "hidden_size", "micro_batch", "grad_accum", "world_size"):
         value = getattr(args, name)
         if value is not None and value < (0 if name == "warmup_steps" else 1):
             raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= {0 if name == 'warmup_steps' else 1}")
@@ -99,7 +101,7 @@ def _settings(args):
         base_config=args.base_config, command=args.command or "", trials=args.trials, out=out,
         storage=storage_url(args.study or out / "study.db"), study_name=name, space=space, facts=facts,
         timeout_s=args.trial_timeout, warmup=args.warmup_steps, min_steps=args.min_steps,
-        prune=not args.no_prune, prune_ratio=args.prune_ratio, poll_s=args.poll,
+        prune=not args.no_prune, prune_ratio=args.prune_ratio, prune_min_steps=args.prune_after, poll_s=args.poll,
         max_memory_bytes=args.max_gpu_memory * 2**30 if args.max_gpu_memory else None,
         instrument=not args.no_instrument and bool(args.prometheus or args.otlp or _otlp_set(os.environ)),
         export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,

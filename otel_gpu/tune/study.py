@@ -52,7 +52,7 @@ class Settings:
     min_steps: int = 5
     prune: bool = True
     prune_ratio: float = 1.25           # stop a trial this much slower than the best after warm-up
-    prune_min_steps: int = 3
+    prune_min_steps: int = 5
     poll_s: float = 2.0
     max_memory_bytes: float | None = None
     instrument: bool = True
