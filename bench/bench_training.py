@@ -5,7 +5,7 @@ so machine noise hits all of them alike):
 
   none      telemetry off (OTELGPU_TRAINING=0)
   metrics   step/phase metrics, OTLP export every second to a local HTTP sink
-  profile   metrics + pyroscope-io at the chosen settings (wall clock, all threads, 100 Hz)
+  profile   metrics + pyroscope-io at the chosen settings (wall clock, all threads, 50 Hz)
   cpu-gil   metrics + pyroscope-io at its defaults (on-CPU, GIL holder only, 100 Hz), for comparison
 
 The loop: an MLP on one torch thread, sized so a step (forward, backward, optimizer) takes
@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {
     "none": {"OTELGPU_TRAINING": "0"},
     "metrics": {"OTELGPU_PROFILE": "0"},
-    "profile": {"OTELGPU_PROFILE_MODE": "wall", "OTELGPU_PROFILE_THREADS": "all"},
-    "cpu-gil": {"OTELGPU_PROFILE_MODE": "cpu", "OTELGPU_PROFILE_THREADS": "gil"},
+    "profile": {"OTELGPU_PROFILE_MODE": "wall", "OTELGPU_PROFILE_THREADS": "all", "OTELGPU_PROFILE_RATE": "50"},
+    "cpu-gil": {"OTELGPU_PROFILE_MODE": "cpu", "OTELGPU_PROFILE_THREADS": "gil", "OTELGPU_PROFILE_RATE": "100"},
 }
 
 
@@ -50,10 +50,10 @@ def worker(steps: int, width: int, warmup: int) -> None:
                                 torch.nn.ReLU(), torch.nn.Linear(width, 16))
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     x, y = torch.randn(64, width), torch.randn(64, 16)
-    times = []
+    times, thread_cpu = [], []
     cpu0 = time.process_time()
     for i in range(warmup + steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         with otg.step(samples=64):
             with otg.phase("data_wait"):
                 xb, yb = x.clone(), y.clone()
@@ -68,9 +68,27 @@ def worker(steps: int, width: int, warmup: int) -> None:
             cpu0 = time.process_time()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
+            thread_cpu.append(time.thread_time() - c0)
     cpu = time.process_time() - cpu0
     otg.shutdown()
-    print(json.dumps({"steps": times, "cpu_per_step": cpu / steps}))
+    print(json.dumps({"steps": times, "cpu_per_step": cpu / steps, "thread_cpu": statistics.median(thread_cpu)}))
+
+
+def idle_worker(threads: int, seconds: float) -> None:
+    """CPU the process uses while its training thread sleeps: the sampler's own cost (robust to load)."""
+    import threading
+
+    from otel_gpu import training as otg
+
+    with otg.phase("forward"):     # starts telemetry (and the profiler, if configured)
+        pass
+    stop = threading.Event()
+    for _ in range(threads):
+        threading.Thread(target=stop.wait, daemon=True).start()
+    time.sleep(0.5)
+    c0, t0 = time.process_time(), time.perf_counter()
+    time.sleep(seconds)
+    print(json.dumps({"cpu_per_s": (time.process_time() - c0) / (time.perf_counter() - t0)}))
 
 
 def calibrate(step_ms: float) -> int:
@@ -91,7 +109,7 @@ def calibrate(step_ms: float) -> int:
             opt.step()
             opt.zero_grad()
             samples.append(time.perf_counter() - t0)
-        ms = statistics.median(samples[2:]) * 1000
+        ms = min(samples[2:]) * 1000   # the least disturbed run: steps are at least step_ms
         if ms >= step_ms or width >= 16384:
             return width
         width = int(width * max(1.1, min(2.0, (step_ms / ms) ** 0.5)))
@@ -138,14 +156,25 @@ class Sink:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def run_one(config: str, sink: Sink, steps: int, width: int, warmup: int) -> dict:
+def _env(sink: Sink, config: dict) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL", "RANK", "WORLD_SIZE", "LOCAL_RANK"))}
     env.update({"PYTHONPATH": str(ROOT), "OTEL_EXPORTER_OTLP_ENDPOINT": sink.url, "OTEL_METRIC_EXPORT_INTERVAL": "1000",
                 "OTELGPU_PYROSCOPE_URL": sink.url, "OTELGPU_JOB": "bench", "OMP_NUM_THREADS": "1"})
-    env.update(CONFIGS[config])
+    env.update(config)
+    return env
+
+
+def run_one(config: str, sink: Sink, steps: int, width: int, warmup: int) -> dict:
+    env = _env(sink, CONFIGS[config])
     out = subprocess.run([sys.executable, __file__, "--worker", "--steps", str(steps), "--width", str(width),
                           "--warmup", str(warmup)], env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _idle_cost(sink: Sink, config: dict, threads: int) -> float:
+    out = subprocess.run([sys.executable, __file__, "--idle", str(threads)], env=_env(sink, config),
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["cpu_per_s"] * 1000
 
 
 def main() -> int:
@@ -156,41 +185,57 @@ def main() -> int:
     ap.add_argument("--step-ms", type=float, default=50.0)
     ap.add_argument("--width", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--idle", type=int, default=-1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker(args.steps, args.width, args.warmup)
+        return 0
+    if args.idle >= 0:
+        idle_worker(args.idle, 4.0)
         return 0
 
     width = calibrate(args.step_ms)
     sink = Sink()
     per = {c: [] for c in CONFIGS}
     cpu = {c: [] for c in CONFIGS}
+    tcpu = {c: [] for c in CONFIGS}
     for r in range(args.rounds):
         for config in CONFIGS:
             res = run_one(config, sink, args.steps, width, args.warmup)
             per[config].append(statistics.median(res["steps"]))
             cpu[config].append(res["cpu_per_step"])
+            tcpu[config].append(res["thread_cpu"])
         print(f"round {r + 1}/{args.rounds}: " + "  ".join(f"{c} {per[c][-1] * 1000:.2f} ms" for c in CONFIGS), flush=True)
     hooks = hook_cost_us()
-    base = statistics.median(per["none"])
-    base_cpu = statistics.median(cpu["none"])
+    med = {c: statistics.median(per[c]) for c in CONFIGS}
+    paired = {c: statistics.median(a / b for a, b in zip(per[c], per["none"])) for c in CONFIGS}
+    thread = {c: statistics.median(tcpu[c]) for c in CONFIGS}
+    proc = {c: statistics.median(cpu[c]) for c in CONFIGS}
     print(f"\nCPU training loop, MLP width {width}, one torch thread, {args.rounds} rounds x {args.steps} steps; "
           f"{sink.requests} pushes received by the sink")
-    print("step = median over runs of each run's median step; paired = median over rounds of config/none in "
-          "the same round (cancels load drift); best = fastest run / fastest none run")
-    print(f"{'config':<10} {'step ms':>9} {'ratio':>8} {'paired':>8} {'best':>8} {'CPU ms/step':>12} {'CPU ratio':>10}")
-    paired = {}
-    for config in CONFIGS:
-        step = statistics.median(per[config])
-        paired[config] = statistics.median(a / b for a, b in zip(per[config], per["none"]))
-        best = min(per[config]) / min(per["none"])
-        c = statistics.median(cpu[config])
-        print(f"{config:<10} {step * 1000:9.2f} {step / base:8.4f} {paired[config]:8.4f} {best:8.4f} "
-              f"{c * 1000:12.2f} {c / base_cpu:10.4f}")
-    print(f"\nhooks alone: {hooks:.1f} us per step (step() + 4 phases) = {hooks / (base * 1e6) * 100:.3f} % of a "
-          f"{base * 1000:.0f} ms step")
-    print(f"metrics overhead (paired):   {(paired['metrics'] - 1) * 100:+.2f} % (bar: < 0.5 %)")
-    print(f"profiling overhead (paired): {(paired['profile'] - 1) * 100:+.2f} % (bar: < 3 %)")
+    print("wall: median step (ms) and its ratio to none, paired by round (cancels load drift);")
+    print("train-thread CPU: CPU time of the training thread per step (what our hooks add to the step);")
+    print("process CPU: all threads per step (adds the exporter and the sampler, which can run on another core)")
+    print(f"{'config':<10} {'wall ms':>8} {'paired':>8} {'thread ms':>10} {'ratio':>8} {'proc ms':>8} {'ratio':>8}")
+    for c in CONFIGS:
+        print(f"{c:<10} {med[c] * 1000:8.2f} {paired[c]:8.4f} {thread[c] * 1000:10.2f} {thread[c] / thread['none']:8.4f} "
+              f"{proc[c] * 1000:8.2f} {proc[c] / proc['none']:8.4f}")
+    step = med["none"]
+    print(f"\nhooks alone: {hooks:.1f} us per step (step() + 4 phases) = {hooks / (step * 1e6) * 100:.3f} % of a "
+          f"{step * 1000:.0f} ms step")
+    for c, bar in (("metrics", 0.5), ("profile", 3.0)):
+        print(f"{c:<8} overhead: train thread {(thread[c] / thread['none'] - 1) * 100:+.2f} %, process CPU "
+              f"{(proc[c] / proc['none'] - 1) * 100:+.2f} %, wall (paired) {(paired[c] - 1) * 100:+.2f} %  (bar: < {bar} %)")
+
+    print("\nsampler cost: CPU of an otherwise idle rank, ms per second (1 ms/s = 0.1 % of one core), "
+          "best of 3, with 0 and 8 extra idle Python threads")
+    print(f"{'config':<16} {'+0 threads':>11} {'+8 threads':>11}")
+    for name, cfg in (("metrics only", CONFIGS["metrics"]), ("cpu-gil 100 Hz", CONFIGS["cpu-gil"]),
+                      ("wall-all 100 Hz", {**CONFIGS["profile"], "OTELGPU_PROFILE_RATE": "100"}),
+                      ("wall-all 50 Hz", CONFIGS["profile"]),
+                      ("wall-all 20 Hz", {**CONFIGS["profile"], "OTELGPU_PROFILE_RATE": "20"})):
+        row = [min(_idle_cost(sink, cfg, threads) for _ in range(3)) for threads in (0, 8)]
+        print(f"{name:<16} {row[0]:11.1f} {row[1]:11.1f}")
     return 0
 
 

@@ -6,7 +6,9 @@ Settings, chosen so a flame graph shows where a rank *waits*, not only where it 
   sampled in the Python function that blocks, so waiting shows as width;
 - `gil_only=False` (all threads): threads that do not hold the GIL (blocked in C,
   autograd and communication threads) are sampled too;
-- 100 Hz (`sample_rate`): the pyroscope-io default; cost measured in docs/performance.md.
+- 50 Hz (`sample_rate`; pyroscope-io's default is 100): walking every thread costs about
+  twice pyroscope-io's default mode per sample, so half the rate keeps the sampler's CPU near
+  the default's (docs/performance.md has the figures).
 
 Series tags (job, node, rank, local_rank, world_size) are set once in `configure()`;
 the phase is a per-thread tag (`add_thread_tag`) set from the same phase hooks as the
@@ -36,7 +38,7 @@ class ProfileSettings:
     server: str                 # Pyroscope URL, e.g. http://pyroscope:4040
     app_name: str               # Pyroscope application (service_name)
     tags: dict[str, str] = field(default_factory=dict)
-    sample_rate: int = 100      # Hz
+    sample_rate: int = 50       # Hz
     wall: bool = True           # True: wall clock (waits show); False: on-CPU only
     all_threads: bool = True    # True: every thread; False: only the GIL holder
     upload_interval_s: int = 10
@@ -55,7 +57,7 @@ def profile_settings(env: Mapping[str, str], app_name: str, tags: Mapping[str, s
     threads = env.get("OTELGPU_PROFILE_THREADS", "all")
     if threads not in ("all", "gil"):
         raise ConfigError(f"OTELGPU_PROFILE_THREADS={threads!r}: expected all or gil")
-    rate = _int(env, "OTELGPU_PROFILE_RATE", 100, 1, 1000)
+    rate = _int(env, "OTELGPU_PROFILE_RATE", 50, 1, 1000)
     upload = _int(env, "OTELGPU_PROFILE_UPLOAD_S", 10, 1, 3600)
     return ProfileSettings(server.rstrip("/"), app_name, dict(tags), rate, mode == "wall", threads == "all", upload)
 

@@ -23,7 +23,7 @@ def test_flame_graph_shows_compute_and_wait_tagged_by_rank_and_phase():
     series = rx.profiles[0].series
     assert (series["rank"], series["job"], series["world_size"]) == ("3", "profjob", "4")
     assert series["service_name"] == "otelgpu.profjob"
-    assert rx.profiles[0].period == 10_000_000          # 100 Hz
+    assert rx.profiles[0].period == 20_000_000          # 50 Hz
 
     fwd, bwd = rx.weight(_phase("forward")), rx.weight(_phase("backward"))
     # the function made slow on purpose, under the forward tag: about 6 x 0.25 s
