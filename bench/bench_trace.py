@@ -26,6 +26,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STDLIB_JSON = False
 TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else shutil.which("time")
 HTA_SCRIPT = r"""
 import sys, os
@@ -187,6 +188,8 @@ def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int) -> dict:
     os.makedirs(hdir, exist_ok=True)
     ours_cmd = [sys.executable, "-m", "otel_gpu.trace", "analyze", d, "--csv", odir, "--quiet"]
     env = dict(os.environ, PYTHONPATH=ROOT)
+    if STDLIB_JSON:
+        env["OTELGPU_TRACE_JSON"] = "json"
     hta_env = dict(os.environ, PYTHONWARNINGS="ignore")
     best = {"hta": None, "ours": None}
     for _ in range(repeat):
@@ -211,9 +214,12 @@ def main() -> int:
     ap.add_argument("--grow-from", default="hta_nccl_data", help="set whose events --grow repeats")
     ap.add_argument("--repeat", type=int, default=1, help="runs per tool and set; the fastest counts")
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--stdlib-json", action="store_true", help="ours with the standard library's JSON decoder")
     args = ap.parse_args()
     if TIME is None:
         raise SystemExit("needs GNU time (/usr/bin/time, Debian package 'time') to measure peak RSS")
+    global STDLIB_JSON
+    STDLIB_JSON = args.stdlib_json
     hta_py = ensure_hta(args.hta_venv)
     sets = {}
     for dp, _, files in os.walk(args.data):
@@ -232,7 +238,9 @@ def main() -> int:
                          grow(gpu_sets[args.grow_from], n, os.path.join(work, f"grow{n}"))))
     results = []
     backend = subprocess.run([sys.executable, "-c", "from otel_gpu.trace.parse import JSON_BACKEND as b; print(b)"],
-                             capture_output=True, text=True, cwd=ROOT).stdout.strip()
+                             capture_output=True, text=True, cwd=ROOT,
+                             env=dict(os.environ, **({"OTELGPU_TRACE_JSON": "json"} if STDLIB_JSON else {}))
+                             ).stdout.strip()
     print(f"ours: python -m otel_gpu.trace analyze DIR --csv OUT --quiet (JSON decoder: {backend}); "
           f"HTA 0.5.0: {hta_py}")
     print(f"{'set':<44} {'ranks':>5} {'MB gz':>7} {'HTA s':>8} {'ours s':>8} {'speedup':>8} "

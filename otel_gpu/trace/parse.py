@@ -16,10 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-try:  # optional fast decoder (pip install 'otel-gpu[trace]'); the stdlib one is the fallback
-    import orjson as _fast_json
-except ImportError:  # pragma: no cover - depends on the environment
-    _fast_json = None
+# optional fast decoder (pip install 'otel-gpu[trace]'); OTELGPU_TRACE_JSON=json forces the stdlib one
+_fast_json = None
+if os.environ.get("OTELGPU_TRACE_JSON", "").lower() != "json":
+    try:
+        import orjson as _fast_json
+    except ImportError:  # pragma: no cover - depends on the environment
+        _fast_json = None
 
 CHUNK_CHARS = 1 << 22  # 4 Mi characters of text per read
 _WS = " \t\r\n"
