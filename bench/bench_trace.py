@@ -243,7 +243,7 @@ def main() -> int:
                              ).stdout.strip()
     print(f"ours: python -m otel_gpu.trace analyze DIR --csv OUT --quiet (JSON decoder: {backend}); "
           f"HTA 0.5.0: {hta_py}")
-    print(f"{'set':<44} {'ranks':>5} {'MB gz':>7} {'HTA s':>8} {'ours s':>8} {'speedup':>8} "
+    print(f"{'set':<44} {'ranks':>5} {'MB disk':>7} {'HTA s':>8} {'ours s':>8} {'speedup':>8} "
           f"{'HTA MB':>8} {'ours MB':>8} {'mem ratio':>9}  numbers")
     for label, d in runs:
         r = bench_one(label.replace("/", "_").replace(" ", "_"), d, hta_py, work, args.repeat)
