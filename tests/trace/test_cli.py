@@ -104,3 +104,14 @@ def test_module_entry_point(tmp_path):
     r = subprocess.run([sys.executable, "-m", "otel_gpu.trace", "analyze", str(tmp_path / "none")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "not a folder" in r.stderr
+
+
+def test_include_last_step_keeps_its_kernels(tmp_path):
+    training_trace(0).write(str(tmp_path / "r0.json"))
+    default, keep = tmp_path / "d", tmp_path / "k"
+    assert main(["trace", "analyze", str(tmp_path), "--quiet", "--csv", str(default)]) == 0
+    assert main(["trace", "analyze", str(tmp_path), "--quiet", "--csv", str(keep), "--include-last-step"]) == 0
+    rows = lambda d: list(csv.DictReader(open(d / "cuda_kernel_launch_stats_rank0.csv")))  # noqa: E731
+    assert len(rows(default)) == 3 * 26 and len(rows(keep)) == 4 * 26
+    doc = json.loads(json.dumps([r for r in csv.DictReader(open(keep / "steps.csv"))]))
+    assert [int(r["step"]) for r in doc] == [1, 2, 3, 4]
