@@ -42,6 +42,14 @@ def register(sub) -> None:
     a.add_argument("--top", type=int, default=10, help="rows of the top-kernel table (default 10)")
     a.add_argument("--jobs", type=int, default=None,
                    help="processes reading files (default: one per core for sets over 4 MB, else 1)")
+    a.add_argument("--num-kernels", type=int, default=10, help="kernels kept per rank and type (HTA: 10)")
+    a.add_argument("--duration-ratio", type=float, default=0.8,
+                   help="kernels past this share of cumulative time go to 'others' (HTA: 0.8)")
+    a.add_argument("--kernel-delay", type=float, default=30,
+                   help="gap (us) under which idle time is kernel wait (HTA: 30)")
+    a.add_argument("--runtime-cutoff", type=float, default=50, help="launch call (us) counted as outlier (HTA: 50)")
+    a.add_argument("--launch-delay-cutoff", type=float, default=100,
+                   help="launch delay (us) counted as outlier (HTA: 100)")
     a.add_argument("--quiet", action="store_true", help="no terminal tables")
     a.set_defaults(func=run_analyze)
 
@@ -77,8 +85,14 @@ def run_analyze(args) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         raise UsageError("--jobs must be at least 1")
+    if args.num_kernels < 1 or not 0 < args.duration_ratio <= 1:
+        raise UsageError("--num-kernels must be >= 1 and --duration-ratio in (0, 1]")
+    opts = Options(num_kernels=args.num_kernels, duration_ratio=args.duration_ratio,
+                   consecutive_kernel_delay=args.kernel_delay, runtime_cutoff=args.runtime_cutoff,
+                   launch_delay_cutoff=args.launch_delay_cutoff)
+    opts.thresholds.runtime_cutoff_us = args.runtime_cutoff
     ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs)
-    doc = analyze(ts, Options())
+    doc = analyze(ts, opts)
     write_outputs(args.json_out, doc, args.csv_dir, csv_files(doc) if args.csv_dir else None)
     if not args.quiet:
         render_analysis(doc, _console(), top=args.top)

@@ -115,3 +115,13 @@ def test_include_last_step_keeps_its_kernels(tmp_path):
     assert len(rows(default)) == 3 * 26 and len(rows(keep)) == 4 * 26
     doc = json.loads(json.dumps([r for r in csv.DictReader(open(keep / "steps.csv"))]))
     assert [int(r["step"]) for r in doc] == [1, 2, 3, 4]
+
+
+def test_analysis_knobs(tmp_path, capsys):
+    out = tmp_path / "k.json"
+    assert main(["trace", "analyze", "tests/data/traces/cpu_gloo_clean", "--quiet", "--json", str(out),
+                 "--num-kernels", "3", "--kernel-delay", "10", "--runtime-cutoff", "20"]) == 0
+    th = json.loads(out.read_text())["thresholds"]
+    assert th["runtime_cutoff_us"] == 20
+    assert main(["trace", "analyze", "tests/data/traces/cpu_gloo_clean", "--duration-ratio", "0"]) == 2
+    assert "--duration-ratio" in capsys.readouterr().err
