@@ -84,7 +84,7 @@ def _type_overlap_time(k: dict) -> dict[str, float]:
         return {}
     running = np.cumsum(status)
     nxt = np.r_[times[1:], np.nan]
-    keep = running > 0
+    keep = (running > 0) & ~np.isnan(nxt)  # an interval still open at the end (negative durations) has no length
     dur = (nxt[keep] - times[keep]).astype(np.int64)
     values, inv = np.unique(running[keep], return_inverse=True)
     sums = np.bincount(inv, weights=dur, minlength=len(values))
