@@ -9,7 +9,9 @@
    interleaved, scored the same way; the ratio of their median step times is the speed-up.
 Reported: baseline and best step time and their ratio; the tuner's own time per trial (config
 generation, validation, launch, scoring: `overhead_s`) against the trial's wall time; the share
-of total tuning time pruning saved (1 - time with pruning / time without).
+of total tuning time pruning saved (1 - time with pruning / time without; and, immune to load
+changes between the two studies, the time the pruned trials' unrun steps would have taken at
+their own step time over the pruned study's total).
 """
 from __future__ import annotations
 
@@ -71,6 +73,10 @@ def study(vm, work: Path, name: str, trials: int, steps: int, prune: bool, seed:
     total = time.monotonic() - t0
     launched = [r for r in records if r.seconds > 0]
     shares = [r.overhead_s / (r.seconds + r.overhead_s) for r in launched]
+    # load-independent estimate: what each pruned trial would have cost had it run its remaining
+    # steps at its own measured step time
+    skipped = sum(max(0, steps - r.total_steps) * r.step_time_s for r in records
+                  if r.status == "pruned" and r.step_time_s)
     base = next(r for r in records if r.role == "baseline")
     best = min((r for r in records if r.status == "ok"), key=lambda r: r.step_time_s)
     return {"total_s": total, "startup_s": startup, "trials": len(records),
@@ -79,6 +85,8 @@ def study(vm, work: Path, name: str, trials: int, steps: int, prune: bool, seed:
             "overhead_s_mean": statistics.mean(r.overhead_s for r in launched),
             "overhead_s_max": max(r.overhead_s for r in launched),
             "overhead_share_mean": statistics.mean(shares), "overhead_share_max": max(shares),
+            "pruned_steps_time_skipped_s": skipped,
+            "pruning_saved_share_estimate": skipped / (total + skipped),
             "baseline_step_s": base.step_time_s, "best_step_s": best.step_time_s, "best_trial": best.number,
             "best_params": best.params, "best_config": str(Path(best.directory) / "ds_config.json")}
 
