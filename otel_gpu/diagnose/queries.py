@@ -102,9 +102,11 @@ def first_time(expr: str, W: str, R: str) -> str:
 
 
 def rank_summary(job_sel: str, w: float, res: float) -> str:
-    """Per rank (host_name, otelgpu_rank): steps, step time and phase seconds in the window; points,
-    the first and last time the step counter moved (within `res`), and the time counted at the first
-    point (step time plus checkpoint/eval phases), taken at the same subquery step as the first time."""
+    """Per rank (host_name, otelgpu_rank): the last value of the step, step-time and phase counters and
+    their value at the window start (one range scan each); points; the step counter's first time
+    (within `res`) and last time (its last point when alive at the window's end, else when it
+    reached its last value: subquery steps are aligned, so this may be missing); the time counted at
+    the first point (step time plus checkpoint/eval phases), at the same subquery step as the first time."""
     W, R = dur(w), dur(res)
     steps = selector(N.TRAIN_STEPS.prometheus_name(), job_sel)
     hist = N.TRAIN_STEP_DURATION.prometheus_name()
@@ -113,15 +115,21 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
     by = f"by ({RANK_BY})"
     st = f"max {by} ({steps})"
     counted = f"sum {by} ({selector(hist, job_sel, '_sum')})"
+    last = lambda sel: f"last_over_time({sel}[{W}])"   # noqa: E731
     return union({
-        "steps": f"sum {by} ({delta(steps, W)})",
-        "step_sum": f"sum {by} ({delta(selector(hist, job_sel, '_sum'), W)})",
-        "step_count": f"sum {by} ({delta(selector(hist, job_sel, '_count'), W)})",
-        "phase:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({delta(phase, W)})",
+        # counter increase = last value - value at the window start (absent: started inside), in Python
+        "steps": f"sum {by} ({last(steps)})",
+        "steps0": f"sum {by} ({steps} offset {W})",
+        "step_sum": f"sum {by} ({last(selector(hist, job_sel, '_sum'))})",
+        "step_sum0": f"sum {by} ({selector(hist, job_sel, '_sum')} offset {W})",
+        "step_count": f"sum {by} ({last(selector(hist, job_sel, '_count'))})",
+        "step_count0": f"sum {by} ({selector(hist, job_sel, '_count')} offset {W})",
+        "phase:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({last(phase)})",
+        "phase0:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({phase} offset {W})",
         "n": f"max {by} (count_over_time({steps}[{W}]))",
-        "last": f"max {by} (last_over_time({steps}[{W}]))",
         "t0": first_time(st, W, R),
-        "t1": first_time(f"({st} == max {by} (last_over_time({steps}[{W}] @ end())))", W, R),
+        "t1": f"max {by} (timestamp({steps}))",   # exact while the series is alive at the window's end
+        "t1m": first_time(f"({st} == max {by} (last_over_time({steps}[{W}] @ end())))", W, R),
         "first_sum": f"min_over_time((({counted} + sum {by} ({between})) or {counted})[{W}:{R}])",
     })
 

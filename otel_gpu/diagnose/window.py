@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from ..promql import PromClient, Series
 from . import queries as Qb
 
 MAX_POINTS = 720   # timeline resolution: at most this many steps over the window
-SUB_POINTS = 360   # subquery resolution for first/last times: window / this
+SUB_POINTS = (720, 120)   # subquery resolution for first/last times: window / this, up to 1 h / beyond
 
 
 class DiagnoseError(RuntimeError):
@@ -36,12 +37,7 @@ class RankStats:
     first_t: float | None = None
     last_t: float | None = None
     first_step_s: float | None = None  # time counted at the first point: steps, checkpoint and eval phases
-    last_steps: float | None = None    # step counter at its last point
-
-    @property
-    def started_inside(self) -> bool:
-        """The counter started in the window (its increase is its whole value)."""
-        return self.last_steps is not None and abs(self.last_steps - self.steps) < 0.5
+    started: bool = False              # the step counter started inside the window
 
     @property
     def mean_step_s(self) -> float | None:
@@ -132,8 +128,8 @@ class Window:
         when it started inside the window, the time counted at its first point (steps, checkpoint and
         eval phases: the first export comes up to an interval after the first step, and first steps
         are often slow)."""
-        if r.started_inside and r.first_t is not None and r.last_t is not None and r.first_step_s is not None:
-            lead = r.first_step_s
+        if r.started and r.first_t is not None and r.last_t is not None and r.first_step_s is not None:
+            lead = r.first_step_s + 0.5 * (r.mean_step_s or 0.0)   # + the step in progress at that point, on average
             lead = min(lead, max(0.0, r.first_t - self.start))
             return max(0.0, min(self.duration_s, r.last_t - r.first_t + lead))
         return self.active_s(r.first_t, r.last_t)
@@ -166,17 +162,31 @@ def split_union(result: list[Series], keys: tuple[str, ...]) -> dict[tuple[str, 
     return out
 
 
+def _increase(v: dict[str, Any], key: str, start_key: str | None = None) -> float | None:
+    """Last value minus the value at the window start (0 when the series started inside it)."""
+    last = v.get(key)
+    if last is None:
+        return None
+    return max(0.0, last - (v.get(start_key or key + "0") or 0.0))
+
+
 def parse_ranks(result: list[Series]) -> list[RankStats]:
     out = []
     for (host, rank), v in sorted(split_union(result, ("host_name", "otelgpu_rank")).items(), key=_rank_key):
-        if v.get("steps") is None and v.get("n") is None:
+        if v.get("steps") is None:
             continue
+        phases = {}
+        for k in v:
+            if k.startswith("phase_"):
+                x = _increase(v, k, "phase0_" + k[len("phase_"):])
+                if x is not None:
+                    phases[k[len("phase_"):]] = x
         out.append(RankStats(
-            rank=rank, host=host, steps=v.get("steps") or 0.0, step_time_s=v.get("step_sum") or 0.0,
-            step_count=v.get("step_count") or 0.0,
-            phases={k[len("phase_"):]: x for k, x in v.items() if k.startswith("phase_") and x is not None},
-            samples=int(v.get("n") or 0), first_t=v.get("t0"), last_t=v.get("t1"),
-            first_step_s=v.get("first_sum"), last_steps=v.get("last")))
+            rank=rank, host=host, steps=_increase(v, "steps") or 0.0, step_time_s=_increase(v, "step_sum") or 0.0,
+            step_count=_increase(v, "step_count") or 0.0, phases=phases,
+            samples=int(v.get("n") or 0), first_t=v.get("t0"),
+            last_t=v.get("t1") if v.get("t1") is not None else v.get("t1m"),
+            first_step_s=v.get("first_sum"), started=v.get("steps0") is None))
     return out
 
 
@@ -259,22 +269,20 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
     w = Window(job=job, start=start, end=end)
     dur = end - start
     res = resolution(dur)
-    sub = max(0.01, dur / SUB_POINTS)
+    sub = max(0.01, dur / (SUB_POINTS[0] if dur <= 3600 else SUB_POINTS[1]))
     job_sel = Qb.job_matcher(job)
-    w.ranks = parse_ranks(client.query(Qb.rank_summary(job_sel, dur, sub), time=end))
+    # the three summaries in parallel (the server evaluates each on its own core)
+    ranks_q, gpus_q, nodes_q = _parallel(client, end, [Qb.rank_summary(job_sel, dur, sub),
+                                                       Qb.gpu_summary(job_sel, dur, sub), Qb.node_summary(job_sel, dur)])
+    w.ranks, w.gpus, w.nodes = parse_ranks(ranks_q), parse_gpus(gpus_q), parse_nodes(nodes_q)
     hosts = sorted({r.host for r in w.ranks if r.host})
-    agent_sels = [job_sel] + ([Qb.hosts_matcher(hosts)] if hosts and job else [])
     agent_sel = job_sel
-    for sel in agent_sels:
+    if job and hosts and not (w.gpus or w.nodes):   # the agent's series carry no job label: by host
+        sel = Qb.hosts_matcher(hosts)
         w.gpus = parse_gpus(client.query(Qb.gpu_summary(sel, dur, sub), time=end))
-        if w.gpus:
-            agent_sel = sel
-            break
-    for sel in ([agent_sel] if w.gpus else agent_sels):
         w.nodes = parse_nodes(client.query(Qb.node_summary(sel, dur), time=end))
-        if w.nodes:
+        if w.gpus or w.nodes:
             agent_sel = sel
-            break
     if agent_sel != job_sel:
         w.notes.append("the agent's series carry no job label: read by the hosts of the job's ranks")
     what = f"job {job!r}" if job else "any job"
@@ -286,14 +294,37 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
                             f"(otelgpu_train_steps_total): instrument the training loop (otel_gpu.training) "
                             f"or pass --gpu-only")
     w.interval_s = estimate_interval(w.ranks, w.gpus)
-    for g in w.gpus:   # a GPU series that ended before the window did: its last point from its count
-        if g.last_t is None and g.first_t is not None and g.samples:
-            g.last_t = g.first_t + (g.samples - 1) * w.interval_s
+    for x in [*w.ranks, *w.gpus]:   # a series that ended before the window did: its last point from its count
+        if x.last_t is None and x.first_t is not None and x.samples:
+            x.last_t = x.first_t + (x.samples - 1) * w.interval_s
     w.step_s = res
     smooth = max(res, 2 * w.interval_s)
     w.timeline = parse_timeline(client.query_range(Qb.timeline(job_sel, agent_sel, smooth), start, end, res),
                                 start, end, res)
     return w
+
+
+def _parallel(client: PromClient, at: float, exprs: list[str]) -> list[list[Series]]:
+    """Instant queries at `at`, concurrently, each on its own connection; counted in `client.stats`."""
+    clients = [PromClient(client.base_url, timeout=client.timeout, name=client.name) for _ in exprs]
+    try:
+        with ThreadPoolExecutor(len(exprs)) as pool:
+            futures = [pool.submit(c.query, e, at) for c, e in zip(clients, exprs)]
+            results = []
+            for f in futures:
+                results.append(f.result())   # the first PromError is raised here
+        return results
+    finally:
+        st = client.stats
+        for c in clients:
+            c.close()
+            st.queries += c.stats.queries
+            st.requests += c.stats.requests
+            st.errors += c.stats.errors
+            st.seconds += c.stats.seconds
+            st.query_seconds += c.stats.query_seconds
+            for k, v in c.stats.by_endpoint.items():
+                st.by_endpoint[k] = st.by_endpoint.get(k, 0) + v
 
 
 def _iso(t: float) -> str:

@@ -19,12 +19,12 @@ import torch.distributed as dist
 from otel_gpu import training as otg
 
 
-class SlowDataset(torch.utils.data.Dataset):
-    """Random samples that take `ms_per_sample` to produce (a slow decode, a slow filesystem)."""
+class SlowBatches(torch.utils.data.Dataset):
+    """Ready-made random batches that take `ms` each to produce (a slow decode, a slow filesystem)."""
 
-    def __init__(self, n: int, ms_per_sample: float):
-        self.n, self.ms = n, ms_per_sample
-        self.x, self.y = torch.randn(n, 256), torch.randn(n, 16)
+    def __init__(self, n: int, batch: int, ms: float):
+        self.n, self.batch, self.ms = n, batch, ms
+        self.x, self.y = torch.randn(n * batch, 256), torch.randn(n * batch, 16)
 
     def __len__(self):
         return self.n
@@ -32,7 +32,8 @@ class SlowDataset(torch.utils.data.Dataset):
     def __getitem__(self, i):
         if self.ms:
             time.sleep(self.ms / 1000)
-        return self.x[i], self.y[i]
+        b = slice(i * self.batch, (i + 1) * self.batch)
+        return self.x[b], self.y[b]
 
 
 def main():
@@ -59,7 +60,7 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(256, h), torch.nn.ReLU(), torch.nn.Linear(h, h),
                                 torch.nn.ReLU(), torch.nn.Linear(h, 16))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = torch.utils.data.DataLoader(SlowDataset(a.steps * a.batch, a.loader_ms / a.batch), batch_size=a.batch)
+    loader = torch.utils.data.DataLoader(SlowBatches(a.steps, a.batch, a.loader_ms), batch_size=None)
     blob = torch.zeros(int(a.ckpt_mb * 2**20 / 4)) if a.ckpt_every else None
     seconds = {"data_wait": 0.0, "checkpoint": 0.0, "delay": 0.0}
     with otg.phase("setup"):      # telemetry starts here, as it would long before a real job's loop

@@ -97,3 +97,10 @@ def test_time_parsing():
     for bad in ("1x", "-5m", "0s", "h"):
         with pytest.raises(UsageError):
             parse_duration(bad)
+
+
+def test_tune_space_needs_a_zero_finding(backfilled, tmp_path, capsys):
+    out = tmp_path / "space.json"
+    assert main(synth_args(backfilled, "--tune-space", str(out))) == 0
+    assert "no ZeRO communication finding: no tune space written" in capsys.readouterr().err
+    assert not out.exists()
