@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import names as N
 from ..promql import PromClient, Series
 from . import queries as Qb
 
@@ -266,8 +267,10 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
     """Read the window's series; DiagnoseError when there is nothing to diagnose."""
     if end <= start:
         raise DiagnoseError(f"empty window: --to ({end:.0f}) is not after --from ({start:.0f})")
-    w = Window(job=job, start=start, end=end)
     dur = end - start
+    if job is None:
+        job = only_job(client, end, dur)
+    w = Window(job=job, start=start, end=end)
     res = resolution(dur)
     sub = max(0.01, dur / (SUB_POINTS[0] if dur <= 3600 else SUB_POINTS[1]))
     job_sel = Qb.job_matcher(job)
@@ -302,6 +305,17 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
     w.timeline = parse_timeline(client.query_range(Qb.timeline(job_sel, agent_sel, smooth), start, end, res),
                                 start, end, res)
     return w
+
+
+def only_job(client: PromClient, end: float, dur: float) -> str | None:
+    """The one job with step metrics in the window; DiagnoseError naming them when there are several."""
+    steps = N.TRAIN_STEPS.prometheus_name()
+    jobs = sorted(s.labels.get("otelgpu_job", "") for s in
+                  client.query(f"count by (otelgpu_job) (last_over_time({steps}[{Qb.dur(dur)}]))", time=end))
+    if len(jobs) > 1:
+        shown = ", ".join(j or "(no job label)" for j in jobs[:10]) + (" ..." if len(jobs) > 10 else "")
+        raise DiagnoseError(f"{len(jobs)} jobs have step metrics in the window ({shown}): pass --job")
+    return jobs[0] or None if jobs else None
 
 
 def _parallel(client: PromClient, at: float, exprs: list[str]) -> list[list[Series]]:

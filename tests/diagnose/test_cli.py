@@ -104,3 +104,11 @@ def test_tune_space_needs_a_zero_finding(backfilled, tmp_path, capsys):
     assert main(synth_args(backfilled, "--tune-space", str(out))) == 0
     assert "no ZeRO communication finding: no tune space written" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_without_job_several_jobs_are_named(backfilled, capsys):
+    b = backfilled
+    rc = main(["diagnose", "--prometheus", b.prometheus.url, "--from", str(b.synth.start), "--to", str(b.synth.end)])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1
+    assert "2 jobs have step metrics in the window (clean, synth): pass --job" in err
