@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO-3 on CPU (gloo), a tiny model; launched with 2 ranks by torchrun under `otel-gpu run`.
+"""DeepSpeed ZeRO-3 on CPU (gloo), a tiny model; 2 ranks by torchrun or the deepspeed launcher under `otel-gpu run`.
 
 No otel-gpu code here: the engine is instrumented through `otel-gpu run`. `--explicit`
 calls `otel_gpu.training.deepspeed.instrument(engine)` instead (same result).
@@ -39,4 +39,5 @@ def main(steps: int, ckpt_dir: str, explicit: bool):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), sys.argv[2], "--explicit" in sys.argv)
+    argv = [a for a in sys.argv[1:] if not a.startswith("--local_rank")]   # added by the deepspeed launcher
+    main(int(argv[0]), argv[1], "--explicit" in argv)
