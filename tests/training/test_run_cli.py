@@ -82,3 +82,20 @@ def test_agent_runs_for_the_lifetime_of_the_command():
     time.sleep(0.2)
     with pytest.raises(httpx.HTTPError):   # stopped with the command
         httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=1)
+
+
+@pytest.mark.slow
+def test_agent_and_ranks_share_identity_and_join_in_promql(victoriametrics, torch_mod):
+    """`run --agent`: the node agent's series and the rank's join on host and job in PromQL."""
+    vm, job = victoriametrics, unique_job("join")
+    proc = _run(["--job", job, "--no-profile", "--agent", "--agent-arg=--no-gpu", "--",
+                 sys.executable, str(HERE / "untouched_loop.py"), "20", "0"], otlp_env(vm, "x"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    sel = f'otelgpu_job="{job}"'
+    node = query_until(vm, f"system_memory_limit_bytes{{{sel}}}", 1)
+    rank = query_until(vm, f"otelgpu_train_steps_total{{{sel}}}", 1)
+    assert node and rank
+    assert node[0].labels["service_instance_id"] == rank[0].labels["service_instance_id"]
+    joined = query_until(vm, f"otelgpu_train_steps_total{{{sel}}} * on (host_name, otelgpu_job) "
+                             f"(system_memory_limit_bytes{{{sel}}} > bool 0)", 1)
+    assert [s.value for s in joined] == [19]
