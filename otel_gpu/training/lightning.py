@@ -72,6 +72,11 @@ class _Hooks:
             t.exit(t.current_phase() or "")   # forward (manual optimization) or optimizer
             t.end_step(DRIVER, samples=batch_size(batch))
 
+    def on_exception(self, trainer, pl_module, exception):
+        t = session.timer()
+        if t is not None:
+            t.unwind()
+
     def on_validation_start(self, trainer, pl_module):
         t = session.timer()
         if t is not None:

@@ -180,6 +180,15 @@ class Timer:
         if self.listener is not None:
             self.listener.phase_changed(name, parent.name if parent else None)
 
+    @_guarded
+    def unwind(self) -> None:
+        """Close every phase still open on this thread (after an exception skipped their exits)."""
+        stack = self._stack()
+        while stack:
+            top = stack[-1]
+            top.depth = 0
+            self.exit(top.name)
+
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         self.enter(name)

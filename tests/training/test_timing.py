@@ -107,3 +107,14 @@ def test_a_failing_sink_turns_the_timer_off_without_raising(parts, caplog):
         pass
     assert sink.phases == []
     assert "disabled after an internal error" in caplog.text
+
+
+def test_unwind_closes_what_an_exception_left_open(parts):
+    t, sink, clock, tags = parts
+    t.enter("forward")
+    clock.tick(1.0)
+    t.enter("backward")
+    clock.tick(2.0)
+    t.unwind()
+    assert sink.phases == [("backward", 2.0), ("forward", 1.0)]
+    assert t.current_phase() is None and tags.changes[-1] == ("forward", None)
