@@ -136,6 +136,9 @@ def kill_group(pgid: int, grace_s: float, leader: subprocess.Popen | None = None
         return
     if leader is not None:
         leader.wait()
+    deadline = time.monotonic() + 5.0       # SIGKILLed processes take a moment to exit
+    while group_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def group_alive(pgid: int) -> bool:

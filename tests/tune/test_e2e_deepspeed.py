@@ -24,6 +24,18 @@ HANG = "stage3_max_reuse_distance=1234567"
 TIMEOUT_S = 75       # well above a normal trial here (15-40 s on 2 busy cores), so only the hang hits it
 
 
+def _warm_deepspeed_ops() -> None:
+    """DeepSpeed on CPU compiles its shared-memory comm op on first use (~1.5 min on 2 cores, then
+    cached): do it once here so the baseline trial is not killed by the trial timeout."""
+    from servers import free_port
+
+    code = "import deepspeed; deepspeed.init_distributed(dist_backend='gloo')"
+    env = clean_env(DS_ACCELERATOR="cpu", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
+                    MASTER_PORT=str(free_port()))
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def _wait_running(db, number, timeout=240):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -44,6 +56,7 @@ def test_tune_deepspeed_zero3_on_cpu(victoriametrics, tmp_path):
     torchrun = shutil.which("torchrun")
     if torchrun is None:
         pytest.skip("torchrun not on PATH (comes with torch)")
+    _warm_deepspeed_ops()
     vm = victoriametrics
     base = tmp_path / "ds_z3_config.json"
     shutil.copyfile(Z3, base)                                   # LLaMA-Factory's, "auto" values and all
