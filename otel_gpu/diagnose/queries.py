@@ -184,15 +184,17 @@ def node_summary(agent_sel: str, w: float) -> str:
 
 
 def timeline(job_sel: str, agent_sel: str, smooth: float) -> str:
-    """Job-wide series over time (range query): GPU activity, step rate, phase occupancy, disk
-    writes, peak node interconnect rate. `smooth` is the averaging range in seconds."""
+    """Job-wide series over time (range query): GPU activity, step rate, cumulative phase seconds
+    (a phase counter moves only when a phase ends: occupancy is rebuilt from its increments, see
+    `window.occupancy`), disk writes, peak node interconnect rate. `smooth` is the averaging range in
+    seconds: at least a grid step plus two export intervals, so consecutive ranges overlap."""
     S = dur(smooth)
     phases = selector(N.TRAIN_PHASE_TIME.prometheus_name(), job_sel, otelgpu_phase="~" + "|".join(TIMELINE_PHASES))
     return union({
         "util": f"avg(avg_over_time({selector(N.GPU_UTILIZATION, agent_sel)}[{S}]))",
         "sm": f"avg(avg_over_time({selector(N.GPU_SM_ACTIVITY, agent_sel)}[{S}]))",
         "steps": f"sum(rate({selector(N.TRAIN_STEPS.prometheus_name(), job_sel)}[{S}]))",
-        "phase:otelgpu_phase": f"sum by (otelgpu_phase) (rate({phases}[{S}]))",
+        "phasecum:otelgpu_phase": f"sum by (otelgpu_phase) ({phases})",
         "disk_write": f"sum(rate({selector(N.DISK_IO, agent_sel, disk_io_direction='write')}[{S}]))",
         "ib": f"max(sum by ({NODE_BY}) (rate({selector(N.IB_IO, agent_sel)}[{S}])))",
     })

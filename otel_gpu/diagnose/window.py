@@ -233,7 +233,9 @@ def parse_nodes(result: list[Series]) -> list[NodeStats]:
     return out
 
 
-def parse_timeline(result: list[Series], start: float, end: float, step: float) -> Timeline:
+def parse_timeline(result: list[Series], start: float, end: float, step: float, ranks: int = 1) -> Timeline:
+    """Series on the grid; cumulative phase seconds (`phasecum_<phase>`) become occupancy
+    (`phase_<phase>`: ranks in the phase at each point)."""
     n = int(math.floor((end - start) / step + 1e-9)) + 1
     grid = [start + i * step for i in range(n)]
     tl = Timeline(t=grid)
@@ -244,8 +246,34 @@ def parse_timeline(result: list[Series], start: float, end: float, step: float) 
             i = int(round((t - start) / step))
             if 0 <= i < n:
                 values[i] = _num(v)
-        tl.series[name] = values
+        if name.startswith("phasecum_"):
+            tl.series["phase_" + name[len("phasecum_"):]] = occupancy(values, step, ranks)
+        else:
+            tl.series[name] = values
     return tl
+
+
+def occupancy(cumulative: list[float | None], step: float, ranks: int) -> list[float | None]:
+    """Ranks in a phase at each grid point, from the phase's cumulative seconds summed over ranks.
+    An increment seen at point i ended by then: it is laid back over the points before, at most
+    `ranks` x `step` seconds per point (a 90 s checkpoint seen at one point fills the 90 s before it)."""
+    used = [0.0] * len(cumulative)
+    prev = None
+    for i, v in enumerate(cumulative):
+        if v is None:
+            continue
+        if prev is None:   # present at the window start: counted before it; else: counted since it began
+            inc = 0.0 if i == 0 else v
+        else:
+            inc = v - prev
+        prev = v
+        j = i
+        while inc > 1e-9 and j >= 0:
+            take = min(inc, ranks * step - used[j])
+            used[j] += take
+            inc -= take
+            j -= 1
+    return [u / step for u in used]
 
 
 def estimate_interval(ranks: list[RankStats], gpus: list[GpuStats], default: float = 10.0) -> float:
@@ -301,9 +329,9 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
         if x.last_t is None and x.first_t is not None and x.samples:
             x.last_t = x.first_t + (x.samples - 1) * w.interval_s
     w.step_s = res
-    smooth = max(res, 2 * w.interval_s)
+    smooth = res + 2 * w.interval_s
     w.timeline = parse_timeline(client.query_range(Qb.timeline(job_sel, agent_sel, smooth), start, end, res),
-                                start, end, res)
+                                start, end, res, ranks=max(1, len(w.ranks)))
     return w
 
 

@@ -1,7 +1,7 @@
 """A real PyTorch training loop on CPU with a known bottleneck; writes its own truth as JSON.
 
     python cpu_train.py TRUTH.json --steps 200 [--ckpt-every 25 --ckpt-mb 64 --ckpt-dir D]
-                        [--loader-ms 30] [--delay-rank 1 --delay-ms 40]
+                        [--loader-ms 30] [--delay-rank 1 --delay-ms 40] [--eval-every 40 --eval-ms 1500]
 
 Instrumented with `otel_gpu.training` (step, phase); telemetry goes where the OTEL_* variables
 say. With WORLD_SIZE > 1 the ranks all-reduce their gradients over gloo (inside `backward`).
@@ -46,6 +46,9 @@ def main():
     ap.add_argument("--ckpt-mb", type=float, default=64)
     ap.add_argument("--ckpt-dir", default=".")
     ap.add_argument("--loader-ms", type=float, default=0.0, help="per batch")
+    ap.add_argument("--min-step-ms", type=float, default=0.0, help="pad each step to this (a GPU's compute time)")
+    ap.add_argument("--eval-every", type=int, default=0)
+    ap.add_argument("--eval-ms", type=float, default=1000.0, help="forward passes without gradients for this long")
     ap.add_argument("--delay-rank", type=int, default=-1)
     ap.add_argument("--delay-ms", type=float, default=0.0)
     a = ap.parse_args()
@@ -62,7 +65,7 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = torch.utils.data.DataLoader(SlowBatches(a.steps, a.batch, a.loader_ms), batch_size=None)
     blob = torch.zeros(int(a.ckpt_mb * 2**20 / 4)) if a.ckpt_every else None
-    seconds = {"data_wait": 0.0, "checkpoint": 0.0, "delay": 0.0}
+    seconds = {"data_wait": 0.0, "checkpoint": 0.0, "delay": 0.0, "eval": 0.0}
     with otg.phase("setup"):      # telemetry starts here, as it would long before a real job's loop
         if world > 1:
             dist.barrier()
@@ -70,7 +73,7 @@ def main():
     t_start, unix_start = time.perf_counter(), time.time()
     for step in range(a.steps):
         with otg.step(samples=a.batch):
-            t = time.perf_counter()
+            t = t_step = time.perf_counter()
             with otg.phase("data_wait"):
                 x, y = next(it)
             seconds["data_wait"] += time.perf_counter() - t
@@ -80,6 +83,9 @@ def main():
                     time.sleep(a.delay_ms / 1000)      # a slower GPU, a noisy neighbour
                     seconds["delay"] += time.perf_counter() - t
                 loss = torch.nn.functional.mse_loss(model(x), y)
+                pad = a.min_step_ms / 1000 - (time.perf_counter() - t_step)
+                if pad > 0:
+                    time.sleep(pad)
             with otg.phase("backward"):
                 loss.backward()
                 if world > 1:
@@ -88,6 +94,12 @@ def main():
             with otg.phase("optimizer"):
                 opt.step()
                 opt.zero_grad()
+        if a.eval_every and (step + 1) % a.eval_every == 0 and step + 1 < a.steps:
+            t = time.perf_counter()
+            with otg.phase("eval"), torch.no_grad():
+                while time.perf_counter() - t < a.eval_ms / 1000:
+                    model(x)
+            seconds["eval"] += time.perf_counter() - t
         if a.ckpt_every and (step + 1) % a.ckpt_every == 0 and step + 1 < a.steps:
             t = time.perf_counter()
             with otg.checkpoint():

@@ -121,3 +121,17 @@ def test_clean_run_nothing_above_info(victoriametrics, tmp_path):
     report = run_diagnose(victoriametrics, job, start, end)
     assert report.window.ranks and report.window.ranks[0].steps == 150
     assert all(f.severity == "info" for f in report.findings), [(f.severity, f.title) for f in report.findings]
+
+
+def test_periodic_eval_matched(victoriametrics, tmp_path):
+    job, (truth,), start, end = train(victoriametrics, tmp_path, "--steps", "500", "--eval-every", "100",
+                                      "--eval-ms", "1500", "--min-step-ms", "30")
+    report = run_diagnose(victoriametrics, job, start, end)
+    ev = only(report, "eval")
+    print(f"eval share: diagnosed {ev.evidence['share']:.4f}, measured {truth['eval_share']:.4f}")
+    assert abs(ev.evidence["share"] - truth["eval_share"]) <= 0.03, explain(report, truth)
+    assert len(ev.ranges) == 4
+    per = only(report, "periodic")
+    assert per.evidence["signal"] == "step rate" and per.evidence["matched_phase"] == "eval"
+    # the period: one training stretch (a fifth of the training time) plus one eval
+    assert per.evidence["period_s"] == pytest.approx((truth["wall_s"] - truth["eval_s"]) / 5 + truth["eval_s"] / 4, rel=0.2)

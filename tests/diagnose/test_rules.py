@@ -249,3 +249,15 @@ def test_tune_spaces_are_valid_space_files():
         parsed = space.parse_space(doc, where="diagnose")
         assert "sub_group_size" not in parsed.names()
     assert space.parse_space(LATENCY_SPACE).by_name("reduce_bucket_size").low == 50_000_000
+
+
+def test_phase_occupancy_from_cumulative_seconds():
+    from otel_gpu.diagnose.window import occupancy
+
+    # 2 ranks, 1 s grid: a 3 s phase on both ranks ends at point 5 (6 s counted), 0.5 s more at point 8
+    cum = [None, None, 0.0, 0.0, 0.0, 6.0, 6.0, 6.0, 6.5, None, 6.5]
+    assert occupancy(cum, 1.0, 2) == [0, 0, 0, 2.0, 2.0, 2.0, 0, 0, 0.5, 0, 0]
+    # present at the window start: what was counted before it is not laid into the window
+    assert occupancy([100.0, 100.0, 101.0], 1.0, 1) == [0, 0, 1.0]
+    # a series first seen inside the window: its first value happened just before
+    assert occupancy([None, None, 1.5], 1.0, 1) == [0, 0.5, 1.0]
