@@ -31,6 +31,9 @@ def test_text_json_and_markdown_outputs(backfilled, tmp_path, capsys):
     lost = [f["lost_s"] for f in d["findings"] if not f["missing"]]
     assert lost == sorted(lost, reverse=True)                      # ranked by time at stake
     assert {"rule", "seen", "why", "action", "confidence", "lost_share", "basis", "where", "ranges"} <= set(d["findings"][0])
+    from otel_gpu.diagnose.report import findings_from_dicts
+    back = findings_from_dicts(d["findings"])
+    assert [f.title for f in back] == [f["title"] for f in d["findings"]] and back[0].as_dict() == d["findings"][0]
     m = md.read_text()
     assert m.startswith("# otel-gpu diagnosis: synth") and "| 1 | critical |" in m and "## Not checked" in m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.md"]   # no temporary files left
