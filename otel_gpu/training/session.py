@@ -29,7 +29,7 @@ log = logging.getLogger("otel_gpu.training")
 TRAINING_SPECS = (names.TRAIN_STEP_DURATION, names.TRAIN_STEPS, names.TRAIN_SAMPLES, names.TRAIN_TOKENS,
                   names.TRAIN_PHASE_TIME, names.TRAIN_CHECKPOINTS)
 names.register(*TRAINING_SPECS)
-EXIT_TIMEOUT_S = 3.0   # longest the final flush may hold the exit of a rank
+EXIT_TIMEOUT_S = 5.0   # longest the final flush (metrics and profile at once) may hold the exit of a rank
 
 
 def rank_attributes(env: Mapping[str, str], resource: Mapping[str, str]) -> dict[str, str]:
@@ -178,13 +178,18 @@ class Session:
         self._closed = False
 
     def shutdown(self, timeout_s: float = EXIT_TIMEOUT_S) -> None:
-        """Close open phases, stop the profiler, flush metrics (bounded by `timeout_s`)."""
+        """Close the profiler and flush metrics side by side, bounded by `timeout_s` in all."""
         if self._closed:
             return
         self._closed = True
+        stopper = None
         if self.profiler is not None:
-            self.profiler.shutdown()
+            stopper = threading.Thread(target=self.profiler.shutdown, args=(min(2.0, timeout_s),),
+                                       name="otelgpu-profiler-stop", daemon=True)
+            stopper.start()
         self.provider.shutdown(timeout_millis=timeout_s * 1000)
+        if stopper is not None:
+            stopper.join(min(2.0, timeout_s))
 
 
 _lock = threading.Lock()

@@ -46,5 +46,5 @@ def test_training_is_unaffected_when_backends_fail(mode, baseline):
     assert statistics.median(steps) <= statistics.median(base) * 1.03 + 0.0005
     assert statistics.mean(steps) <= statistics.mean(base) * 1.03 + 0.001
     assert max(steps) < 2 * STEP_S
-    # the final flush is bounded: 2 s for Pyroscope, 3 s for OTLP, whatever the backend does
+    # the final flush is bounded: Pyroscope (2 s) and OTLP (5 s) side by side, whatever the backend does
     assert result["shutdown_s"] < 6

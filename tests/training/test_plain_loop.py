@@ -14,9 +14,10 @@ def test_plain_loop_metrics_per_rank_and_phase(victoriametrics, torch_mod, tmp_p
     vm, job = victoriametrics, unique_job("plain")
     procs = []
     for rank in (0, 1):
-        env = otlp_env(vm, job, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2")
+        # exports every 0.3 s over a run of about 1.7 s: rate() needs two samples after the checkpoint
+        env = otlp_env(vm, job, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", OTEL_METRIC_EXPORT_INTERVAL="300")
         procs.append(subprocess.Popen([sys.executable, str(HERE / "plain_loop.py"), str(STEPS),
-                                       str(tmp_path / f"ck{rank}.pt"), "0.3"],
+                                       str(tmp_path / f"ck{rank}.pt"), "0.3", "0.04"],
                                       env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     for p in procs:
         out, err = p.communicate(timeout=120)
