@@ -28,7 +28,7 @@ def _subcommands():
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="otel-gpu", description=__doc__)
+    parser = argparse.ArgumentParser(prog="otel-gpu", description="Observe, diagnose and improve distributed GPU training.")
     parser.add_argument("--version", action="version", version=f"otel-gpu {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for register in _subcommands():

@@ -1,0 +1,22 @@
+import subprocess
+import sys
+
+import otel_gpu
+from otel_gpu import training
+
+
+def test_training_api_at_the_top_level_is_the_training_module_api():
+    assert otel_gpu.step is training.step and otel_gpu.phase is training.phase
+    assert otel_gpu.checkpoint is training.checkpoint
+
+
+def test_importing_the_package_loads_no_opentelemetry():
+    code = "import sys, otel_gpu; print(any(m.startswith('opentelemetry') for m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_every_subcommand_is_registered():
+    out = subprocess.run([sys.executable, "-m", "otel_gpu", "--help"], capture_output=True, text=True, check=True)
+    for command in ("agent", "doctor", "run", "trace", "dashboards", "diagnose", "tune"):
+        assert command in out.stdout, command
