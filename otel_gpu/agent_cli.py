@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .cli import UsageError
-from .export import ConfigError, OtlpSettings, otlp_settings
+from .export import ConfigError, OtlpSettings, bounded_number, otlp_settings
 from .node import NodeConfig, build_node
 
 EMBEDDED_PROMETHEUS_PORT = 9464   # the OpenTelemetry Prometheus exporter's usual port
@@ -41,12 +41,9 @@ class AgentConfig:
 
 def _number(raw: str, what: str, lo: float, hi: float, kind=float):
     try:
-        value = kind(raw)
-    except ValueError:
-        raise UsageError(f"{what}={raw!r}: expected a number") from None
-    if not lo <= value <= hi:
-        raise UsageError(f"{what}={raw!r}: must be between {lo:g} and {hi:g}")
-    return value
+        return bounded_number(raw, what, lo, hi, kind)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def agent_config(args, env: Mapping[str, str], stdout_is_tty: bool) -> AgentConfig:

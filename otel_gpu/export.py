@@ -50,6 +50,17 @@ def otlp_settings(env: Mapping[str, str], default_interval_s: float) -> OtlpSett
     return OtlpSettings(endpoint, protocol, interval_s, timeout_s)
 
 
+def bounded_number(raw: str, what: str, lo: float, hi: float, kind=float):
+    """`raw` as `kind` within [lo, hi]; ConfigError naming `what` otherwise."""
+    try:
+        value = kind(raw)
+    except ValueError:
+        raise ConfigError(f"{what}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
+    if not lo <= value <= hi:
+        raise ConfigError(f"{what}={raw!r}: must be between {lo:g} and {hi:g}")
+    return value
+
+
 def _positive(env: Mapping[str, str], name: str, default: float) -> float:
     raw = env.get(name)
     if raw is None or raw == "":

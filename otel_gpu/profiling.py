@@ -26,7 +26,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .export import ConfigError
+from .export import ConfigError, bounded_number
 
 log = logging.getLogger("otel_gpu.profiling")
 
@@ -64,15 +64,7 @@ def profile_settings(env: Mapping[str, str], app_name: str, tags: Mapping[str, s
 
 def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
     raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: expected an integer") from None
-    if not lo <= value <= hi:
-        raise ConfigError(f"{name}={raw!r}: expected {lo}..{hi}")
-    return value
+    return bounded_number(raw, name, lo, hi, int) if raw else default
 
 
 def pyroscope_tags(attrs: Mapping[str, str]) -> dict[str, str]:
