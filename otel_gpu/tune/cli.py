@@ -125,7 +125,8 @@ def _objective(args):
         client.query("vector(1)")
     except PromError as exc:
         raise UsageError(str(exc)) from None
-    return PromObjective(client, args.warmup_steps, args.evidence_selector, settle_s=args.settle)
+    fresh = 1.0 + 2 * args.export_interval / 1000     # the ranks' last export is at their exit
+    return PromObjective(client, args.warmup_steps, args.evidence_selector, settle_s=args.settle, fresh_s=fresh)
 
 
 class Progress:

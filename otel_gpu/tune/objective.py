@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .trial import LOG_NAME, TRIAL_LABEL
-
 from .. import names
+from .trial import LOG_NAME, TRIAL_LABEL
 
 STEP_METRIC = names.TRAIN_STEP_DURATION.prometheus_name()     # otelgpu_train_step_duration_seconds
 RANK_LABEL, WORLD_LABEL = names.RANK.replace(".", "_"), names.WORLD_SIZE.replace(".", "_")
@@ -53,6 +52,7 @@ class StepStats:
     window: tuple[float, float] | None = None    # unix seconds of the steady window
     source: str = "prometheus"
     per_rank: dict = field(default_factory=dict, compare=False)
+    last_seen: float | None = None   # unix seconds of the newest sample of the slowest-reporting rank
 
     def problem(self, min_steps: int) -> str | None:
         """Why this is not a complete measurement (None: complete)."""
@@ -90,7 +90,7 @@ def steady_from_histogram(series: Iterable, warmup: int) -> StepStats:
             expected = max(expected or 0, int(labels[WORLD_LABEL]))
         counts, sums = [g["count"][t] for t in times], [g["sum"][t] for t in times]
         start = next((i for i, c in enumerate(counts) if c >= warmup), None)
-        entry = {"total": int(counts[-1]), "steady": 0, "mean": None, "window": None}
+        entry = {"total": int(counts[-1]), "steady": 0, "mean": None, "window": None, "last": times[-1]}
         if start is not None and counts[-1] > counts[start]:
             n = counts[-1] - counts[start]
             entry.update(steady=int(n), mean=(sums[-1] - sums[start]) / n, window=(times[start], times[-1]))
@@ -105,7 +105,8 @@ def steady_from_histogram(series: Iterable, warmup: int) -> StepStats:
                      min(e["steady"] for e in per_rank.values()),
                      max(e["total"] for e in per_rank.values()),
                      len(per_rank), expected, window, "prometheus",
-                     {f"{h}/{r}" if h else r: e["mean"] for (h, r), e in per_rank.items()})
+                     {f"{h}/{r}" if h else r: e["mean"] for (h, r), e in per_rank.items()},
+                     min(e["last"] for e in per_rank.values()))
 
 
 # ---- pure: from logs ---------------------------------------------------------------------------
@@ -205,9 +206,9 @@ class PromObjective:
 
     name = "prometheus"
 
-    def __init__(self, client, warmup: int, selector: str = "", settle_s: float = 15.0,
+    def __init__(self, client, warmup: int, selector: str = "", settle_s: float = 15.0, fresh_s: float = 5.0,
                  sleep: Callable[[float], None] = time.sleep):
-        self.client, self.warmup, self.settle_s, self._sleep = client, warmup, settle_s, sleep
+        self.client, self.warmup, self.settle_s, self.fresh_s, self._sleep = client, warmup, settle_s, fresh_s, sleep
         self.selector = "{" + selector.strip().strip("{}") + "}" if selector.strip() else ""
 
     def query_for(self, trial_id: str, seconds: float) -> str:
@@ -219,12 +220,14 @@ class PromObjective:
         return steady_from_histogram(self.client.query(self.query_for(trial_id, end - start)), self.warmup)
 
     def final(self, trial_id: str, directory: Path, start: float, end: float, min_steps: int) -> StepStats:
-        """The score after the trial ended: re-read until complete or `settle_s` passed
-        (backends make fresh samples queryable after a delay)."""
+        """The score after the trial ended: re-read until it is complete and every rank's newest
+        sample is within `fresh_s` of the end (the ranks export once more as they exit), or
+        `settle_s` passed (backends make fresh samples queryable after a delay)."""
         deadline = time.monotonic() + self.settle_s
         while True:
             stats = self.measure(trial_id, directory, start, time.time())
-            if stats.problem(min_steps) is None or time.monotonic() >= deadline:
+            fresh = stats.last_seen is not None and stats.last_seen >= end - self.fresh_s
+            if (stats.problem(min_steps) is None and fresh) or time.monotonic() >= deadline:
                 return stats
             self._sleep(0.5)
 

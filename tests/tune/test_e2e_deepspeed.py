@@ -114,7 +114,7 @@ def test_tune_deepspeed_zero3_on_cpu(victoriametrics, tmp_path):
     client = PromClient(vm.url)
     for t in ok:                                                    # scored from PromQL, labelled by trial
         a = t.user_attrs
-        assert a["steady_steps"] >= 4 and a["total_steps"] == 10 and 0.005 < a["step_time_s"] < 5
+        assert a["steady_steps"] >= 4 and 6 <= a["total_steps"] <= 10 and 0.005 < a["step_time_s"] < 5
         series = client.query(f'otelgpu_train_steps_total{{otelgpu_trial="{a["trial_id"]}"}}')
         assert sorted(s.labels["otelgpu_rank"] for s in series) == ["0", "1"]
         assert all(s.value == 10 for s in series)

@@ -1,10 +1,8 @@
 """The tuning loop with a fast fake job: failure classes, best config, report, pruning from
 PromQL, and resume after the tuner is stopped (SIGTERM) or killed (SIGKILL) mid-trial."""
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 
 import optuna
