@@ -12,7 +12,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
 
-from .readings import MetricSpec
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _TYPES = {"gauge": "gauge", "updowncounter": "gauge", "counter": "counter"}

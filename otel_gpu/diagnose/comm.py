@@ -47,7 +47,7 @@ def _link(w: Window) -> tuple[float | None, str]:
 
 
 def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
-    t, sev = th["comm"], th["severity"]
+    t = th["comm"]
     p = w.profile
     if p is None:
         return [missing_input(

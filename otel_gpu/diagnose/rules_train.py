@@ -28,7 +28,7 @@ def _during(w: Window, mask: list[bool], name: str) -> tuple[float | None, float
 
 def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
     """Share of wall time in the checkpoint phase; storage writes and GPU activity during saves."""
-    t, sev = th["checkpoint"], th["severity"]
+    t = th["checkpoint"]
     ranks = [r for r in w.ranks if r.phases.get("checkpoint", 0.0) > 0]
     if not ranks:
         return []
@@ -84,7 +84,7 @@ def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
 
 def input_bound(w: Window, th: Thresholds) -> list[Finding]:
     """Data-wait share of step time; GPU idle while waiting; whether the CPU has capacity."""
-    t, sev = th["input"], th["severity"]
+    t = th["input"]
     ranks = [r for r in w.ranks if r.phases.get("data_wait", 0.0) > 0]
     if not ranks:
         return []

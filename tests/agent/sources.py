@@ -1,7 +1,6 @@
 """Small real Source implementations for agent tests (scripted values, failures as data)."""
 from __future__ import annotations
 
-import threading
 
 from otel_gpu import names
 from otel_gpu.readings import Reading, SourceError

@@ -10,7 +10,6 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_gpu import names
 from otel_gpu.agent import Exported, Instruments, Sampler
 from otel_gpu.export import OtlpSettings, otlp_exporter, periodic_reader
 from otel_gpu.store import Store

@@ -14,7 +14,7 @@ from otel_gpu.diagnose.straggler import lateness, straggler
 from otel_gpu.diagnose.thresholds import Thresholds
 from otel_gpu.diagnose.window import Timeline
 
-from .windows import T0, gpu, grid, node, rank, window
+from .windows import gpu, grid, node, rank, window
 
 TH = Thresholds()
 

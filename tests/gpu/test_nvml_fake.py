@@ -10,7 +10,7 @@ import pytest
 from otel_gpu import names as N
 from otel_gpu.readings import SourceError
 from otel_gpu.sources.fake_nvml import (
-    H100_MIG, FakeGpu, FakeNvml, FakeProcess, a100, fake_cluster_node, hopper,
+    H100_MIG, FakeNvml, FakeProcess, a100, fake_cluster_node, hopper,
 )
 from otel_gpu.sources.nvml import NvmlSource
 
