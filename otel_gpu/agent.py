@@ -1,8 +1,8 @@
-"""The node agent: sources -> store -> OpenTelemetry instruments -> exporters.
+"""The node agent: sources -> store -> exported families -> OTel instruments (OTLP) / scrape endpoint.
 
 The only OTel-aware part of the agent. Each source is read on its own thread at
 the sampling interval, so a slow or hung source (a lost GPU) never delays the
-others, and export (its own SDK thread) never blocks sampling.
+others, and export (the SDK's own thread, or a scrape) never blocks sampling.
 """
 from __future__ import annotations
 
