@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+from . import names
 from .cli import UsageError
 from .export import ConfigError, OtlpSettings, bounded_number, otlp_settings
 from .node import NodeConfig, build_node
@@ -130,8 +131,8 @@ def _once(node, as_json: bool) -> int:
     for source in node.sources:
         rows += [{**r.to_json(), "attributes": {**point, **r.attributes}} for r in sampler.read_once(source)]
     for name, h in sampler.health.items():
-        rows.append({"name": "otelgpu.agent.source.up", "unit": "{status}", "value": float(h.up),
-                     "attributes": {**point, "otelgpu.source": name}})
+        rows.append({"name": names.SOURCE_UP.name, "unit": names.SOURCE_UP.unit, "value": float(h.up),
+                     "attributes": {**point, names.SOURCE: name}})
     if as_json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
