@@ -30,7 +30,7 @@ def _subcommands():
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otel-gpu", description="Observe, diagnose and improve distributed GPU training.")
     parser.add_argument("--version", action="version", version=f"otel-gpu {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="subcommand", required=True)
     for register in _subcommands():
         register(sub)
     return parser
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        print(f"otel-gpu {args.command}: {exc}", file=sys.stderr)
+        print(f"otel-gpu {args.subcommand}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

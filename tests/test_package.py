@@ -20,3 +20,10 @@ def test_every_subcommand_is_registered():
     out = subprocess.run([sys.executable, "-m", "otel_gpu", "--help"], capture_output=True, text=True, check=True)
     for command in ("agent", "doctor", "run", "trace", "dashboards", "diagnose", "tune"):
         assert command in out.stdout, command
+
+
+def test_usage_errors_name_the_subcommand_even_when_it_has_a_command_option():
+    out = subprocess.run([sys.executable, "-m", "otel_gpu", "tune", "--base-config", "/nonexistent.json",
+                          "--command", "train {config}", "--trials", "1"], capture_output=True, text=True)
+    assert out.returncode == 2
+    assert out.stderr.startswith("otel-gpu tune: --base-config /nonexistent.json"), out.stderr

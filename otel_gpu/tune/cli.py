@@ -176,10 +176,13 @@ def _duration(seconds: float) -> str:
 
 
 def run(args) -> int:
-    import optuna
     from rich.console import Console
 
     from ..cli import UsageError
+    try:
+        import optuna
+    except ImportError:
+        raise UsageError("optuna is not installed (pip install 'otel-gpu[tune]')") from None
     from . import report
     from .study import TuneError, Tuner, open_storage
 
