@@ -34,7 +34,7 @@ def main(steps: int, ckpt_dir: str, explicit: bool):
         loss = torch.nn.functional.mse_loss(engine(x), y)
         engine.backward(loss)
         engine.step()
-        if i % 4 == 3:   # several saves: enough checkpoint time for a 50 Hz profile to sample it surely
+        if i % 16 == 15:   # several saves: enough checkpoint time for a 50 Hz profile to sample it surely
             engine.save_checkpoint(ckpt_dir, tag=f"step{i + 1}")
     engine.save_checkpoint(ckpt_dir, tag="final")
     print(f"rank {engine.global_rank} finished", flush=True)
