@@ -62,7 +62,7 @@ def test_plain_loop_metrics_per_rank_and_phase(victoriametrics, torch_mod, tmp_p
         result = query_until(vm, expr, n)
         assert len(result) == n and all(s.value >= 0 for s in result), (expr, result)
         assert sum(s.value for s in result) > 0, expr
-    for key in ("checkpoint in progress", "join with the node agent"):   # none in progress; no agent here
+    for key in ("checkpoint in progress", "join with the node agent"):   # none in progress; no agent for this job (the shared VM holds other tests' agents)
         (expr,) = [q for k, q in queries.items() if key in k]
         assert query_until(vm, expr, 1, timeout=0) == [], expr
 
