@@ -1,8 +1,10 @@
 """The node agent: sources -> store -> exported families -> OTel instruments (OTLP) / scrape endpoint.
 
-The only OTel-aware part of the agent. Each source is read on its own thread at
-the sampling interval, so a slow or hung source (a lost GPU) never delays the
-others, and export (the SDK's own thread, or a scrape) never blocks sampling.
+The only OTel-aware part of the agent. Sources are read at the sampling interval
+on *lanes*, one thread each: a source that can hang (NVML on a lost GPU, statvfs on a
+network filesystem) gets a lane of its own so it never delays the others, while the
+quick procfs/sysfs sources share one (every thread woken costs CPU each interval).
+Export (the SDK's own thread, or a scrape) never blocks sampling.
 """
 from __future__ import annotations
 
@@ -33,11 +35,16 @@ class SourceHealth:
 
 @dataclass
 class Sampler:
-    """Reads every source each `interval_s` seconds into `store`, one thread per source."""
+    """Reads every source each `interval_s` seconds into `store`.
+
+    `lanes` groups the sources into threads, each reading its sources in order;
+    by default (None or empty) every source has a thread of its own.
+    """
     sources: Sequence[Source]
     store: Store
     interval_s: float
     clock: Callable[[], float] = time.monotonic
+    lanes: Sequence[Sequence[Source]] | None = None
     health: dict[str, SourceHealth] = field(default_factory=dict)
     rounds: int = 0
     overruns: int = 0
@@ -48,6 +55,11 @@ class Sampler:
         self._count_lock = threading.Lock()
         for s in self.sources:
             self.health[s.name] = SourceHealth()
+        if not self.lanes:
+            self.lanes = [[s] for s in self.sources]
+        laned = [s for lane in self.lanes for s in lane]
+        if sorted(id(s) for s in laned) != sorted(id(s) for s in self.sources):
+            raise ValueError("lanes must hold every source exactly once")
 
     def read_once(self, source: Source) -> list[Reading]:
         """One read of `source` into the store; failures become health data, never exceptions."""
@@ -70,14 +82,15 @@ class Sampler:
         health.duration_s = self.clock() - start
         return readings
 
-    def _loop(self, source: Source) -> None:
+    def _loop(self, lane: Sequence[Source]) -> None:
         next_t = self.clock()
         while not self._stop.is_set():
-            self.read_once(source)
+            for source in lane:
+                self.read_once(source)
             next_t += self.interval_s
             now = self.clock()
             with self._count_lock:
-                self.rounds += 1
+                self.rounds += len(lane)   # one round per source read
                 if now > next_t:
                     self.overruns += 1
             if now > next_t:  # fell behind: skip missed ticks rather than bursting
@@ -85,8 +98,9 @@ class Sampler:
             self._stop.wait(max(0.0, next_t - now))
 
     def start(self) -> None:
-        for s in self.sources:
-            t = threading.Thread(target=self._loop, args=(s,), name=f"otelgpu-{s.name}", daemon=True)
+        for lane in self.lanes:
+            name = "otelgpu-" + "+".join(s.name for s in lane)
+            t = threading.Thread(target=self._loop, args=(lane,), name=name, daemon=True)
             t.start()
             self._threads.append(t)
 
@@ -97,7 +111,7 @@ class Sampler:
             t.join(max(0.0, deadline - time.monotonic()))
 
 
-Values = list[tuple[float, Attrs]]
+Values = tuple[Sequence[float], Sequence[Attrs]]   # (values, series keys): two columns, same order
 
 
 class Exported:
@@ -111,6 +125,8 @@ class Exported:
         self._sampler = sampler
         self._store = sampler.store
         self._export_failures = export_failures
+        # one key object per source, kept: the exposition caches label text per key object
+        self._source_keys = tuple(((names.SOURCE, src.name),) for src in sampler.sources)
         health = {names.SOURCE_UP: self._source_health, names.SOURCE_DURATION: self._source_health,
                   names.SOURCE_ERRORS: self._source_health, names.EXPORT_FAILURES: self._agent_health,
                   names.SAMPLES: self._agent_health, names.SAMPLE_LAG: self._agent_health}
@@ -121,32 +137,32 @@ class Exported:
             if spec in health:
                 self.families.append((spec, partial(health[spec], spec)))
             elif spec.windowed:  # the gauge is the mean over the window, with min / max companions
-                lo, hi = names.windowed_companions(spec)
-                self.families += [(spec, partial(self._window, spec, 0)), (lo, partial(self._window, spec, 1)),
-                                  (hi, partial(self._window, spec, 2))]
+                self.families.append((spec, partial(self._window, spec, 0)))
+                for index, companion in enumerate(names.windowed_companions(spec), start=1):   # min, max
+                    self.families.append((companion, partial(self._window, spec, index)))
             else:
                 self.families.append((spec, partial(self._latest, spec)))
 
     def _latest(self, spec: MetricSpec) -> Values:
-        return list(self._store.latest(spec.name))
+        return self._store.latest(spec.name)
 
     def _window(self, spec: MetricSpec, index: int) -> Values:
-        return [(row[index], row[3]) for row in self._store.window(spec.name, self._sampler.clock())]
+        columns = self._store.window(spec.name, self._sampler.clock())
+        return columns[index], columns[3]
 
     def _agent_health(self, spec: MetricSpec) -> Values:
         s = self._sampler
         value = {names.EXPORT_FAILURES: self._export_failures, names.SAMPLES: lambda: s.rounds,
                  names.SAMPLE_LAG: lambda: s.overruns}[spec]()
-        return [(value, ())]
+        return [value], ((),)
 
     def _source_health(self, spec: MetricSpec) -> Values:
-        out = []
+        values = []
         for src in self._sampler.sources:
             h = self._sampler.health[src.name]
-            value = {names.SOURCE_UP: float(h.up), names.SOURCE_DURATION: h.duration_s,
-                     names.SOURCE_ERRORS: h.errors + getattr(src, "partial_errors", 0)}[spec]
-            out.append((value, ((names.SOURCE, src.name),)))
-        return out
+            values.append({names.SOURCE_UP: float(h.up), names.SOURCE_DURATION: h.duration_s,
+                           names.SOURCE_ERRORS: h.errors + getattr(src, "partial_errors", 0)}[spec])
+        return values, self._source_keys
 
 
 class Instruments:
@@ -163,5 +179,5 @@ class Instruments:
     @staticmethod
     def _callback(values: Callable[[], Values], point: dict[str, str]):
         def callback(options: CallbackOptions):
-            return [Observation(v, {**point, **dict(key)}) for v, key in values()]
+            return [Observation(v, {**point, **dict(key)}) for v, key in zip(*values())]
         return callback

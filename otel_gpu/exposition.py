@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import re
 import threading
+from math import isfinite
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
+
+from . import names
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -30,18 +33,28 @@ def _help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-def format_value(v: float) -> str:
-    text = repr(float(v))
-    return {"nan": "NaN", "inf": "+Inf", "-inf": "-Inf"}.get(text, text)
+
+
+def value_format(spec, windowed: bool) -> str:
+    """`%r` (exact, shortest) for counts, bytes and other exact values; 6 significant digits
+    for ratios and windowed statistics, which are estimates (and cost a third to format)."""
+    return "%.6g" if spec.unit == "1" or windowed else "%r"
 
 
 class Renderer:
-    """Renders families to the Prometheus text format, caching each series' label string."""
+    """Renders families to the Prometheus text format.
+
+    Each family's text is a %-template (HELP, TYPE and one line per series with a `%r`
+    where its value goes), rebuilt only when the family's series change; a scrape then
+    formats each family in one C-level `%` operation. The series keys come from the store,
+    which keeps one key object per live series, so "unchanged" is mostly an identity check.
+    """
 
     def __init__(self, families, point_attrs: Mapping[str, str], resource: Mapping[str, str]):
         self._families = families
         self._point = tuple(sorted(point_attrs.items()))
-        self._labels: dict = {}
+        self._templates: dict[str, tuple] = {}   # family -> (series keys, %-template, meta, series texts)
+        self._companions = {c.name for spec, _ in families if spec.windowed for c in names.windowed_companions(spec)}
         info = ",".join(f'{label_name(k)}="{_escape(str(v))}"' for k, v in sorted(resource.items()))
         self._header = ("# HELP target_info Target metadata\n# TYPE target_info gauge\n"
                         f"target_info{{{info}}} 1\n")
@@ -50,27 +63,35 @@ class Renderer:
                                   f"# TYPE {spec.prometheus_name()} {_TYPES[spec.kind]}\n")
                       for spec, _ in families}
 
-    def _label_string(self, key) -> str:
-        text = self._labels.get(key)
-        if text is None:
-            merged = dict(self._point)
-            merged.update(key)
-            text = "{" + ",".join(f'{label_name(k)}="{_escape(str(v))}"' for k, v in sorted(merged.items())) + "}"
-            if len(self._labels) > 50_000:   # series churn (processes come and go): start over
-                self._labels.clear()
-            self._labels[key] = text
-        return text
+    def _series(self, name: str, key) -> str:
+        """`name{labels}` of one series: the point attributes merged with its key, sorted."""
+        merged = dict(self._point)
+        merged.update(key)
+        return name + "{" + ",".join(f'{label_name(k)}="{_escape(str(v))}"' for k, v in sorted(merged.items())) + "}"
 
     def render(self) -> bytes:
         parts = [self._header]
         for spec, values in self._families:
-            rows = values()
-            if not rows:
+            numbers, keys = values()
+            if not keys:
                 continue   # absent, never 0
-            name, meta = self._meta[spec.name]
-            parts.append(meta)
-            parts.extend(f"{name}{self._label_string(key)} {format_value(v)}\n" for v, key in rows)
+            cached = self._templates.get(spec.name)
+            if cached is None or cached[0] != keys:
+                name, meta = self._meta[spec.name]
+                fmt = value_format(spec, spec.windowed or spec.name in self._companions)
+                series = [self._series(name, k) for k in keys]
+                template = meta.replace("%", "%%") + "".join(f"{s.replace('%', '%%')} {fmt}\n" for s in series)
+                cached = self._templates[spec.name] = (keys, template, meta, series)
+            numbers = tuple(map(float, numbers))   # float(): ints, bools, numpy scalars
+            if all(map(isfinite, numbers)):
+                parts.append(cached[1] % numbers)
+            else:   # Prometheus spells them NaN, +Inf, -Inf
+                parts.append(cached[2] + "".join(f"{s} {_prometheus_float(v)}\n" for s, v in zip(cached[3], numbers)))
         return "".join(parts).encode()
+
+
+def _prometheus_float(v: float) -> str:
+    return repr(v) if isfinite(v) else ("NaN" if v != v else ("+Inf" if v > 0 else "-Inf"))
 
 
 class ScrapeEndpoint:
@@ -78,6 +99,9 @@ class ScrapeEndpoint:
 
     def __init__(self, render: Callable[[], bytes], port: int, host: str = "127.0.0.1"):
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"   # keep-alive: a scraper reuses one connection and thread
+            timeout = 300                   # seconds an idle connection may hold its thread
+
             def do_GET(self):
                 if self.path.split("?")[0] not in ("/metrics", "/"):
                     self.send_error(404)

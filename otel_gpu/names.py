@@ -29,6 +29,7 @@ FS_STATE = "system.filesystem.state"  # "used" | "free"
 CPU_MODE = "cpu.mode"
 MEMORY_STATE = "system.memory.state"
 PAGING_STATE = "system.paging.state"
+PAGING_DIRECTION = "system.paging.direction"   # in | out
 ERROR_TYPE = "error.type"
 CLOCK_DOMAIN = "otelgpu.clock.domain"       # "sm" | "memory"
 CLOCK_REASON = "otelgpu.clock_event.reason"  # NVML clock-event reason, snake_case
@@ -47,8 +48,8 @@ IB_PORT = "otelgpu.ib.port"       # e.g. "1"
 _GPU = (HW_ID, HW_NAME, HW_VENDOR, HW_TYPE, GPU_INDEX)
 
 
-def _g(name, unit, desc, attrs=(), source="", hardware="any", kind="gauge", windowed=False, buckets=()):
-    return MetricSpec(name, unit, kind, desc, tuple(attrs), source, hardware, windowed, tuple(buckets))
+def _g(name, unit, desc, attrs=(), source="", hardware="any", kind="gauge", windowed=False, buckets=(), companions=True):
+    return MetricSpec(name, unit, kind, desc, tuple(attrs), source, hardware, windowed, companions, tuple(buckets))
 
 
 # ---- GPU: NVML ------------------------------------------------------------
@@ -61,7 +62,7 @@ GPU_POWER_LIMIT = _g("hw.power.limit", "W", "GPU enforced power limit", _GPU, "n
 GPU_ENERGY = _g("hw.energy", "J", "GPU energy since driver load", _GPU, "nvml", "NVIDIA Volta+, not MIG", kind="counter")
 GPU_TEMPERATURE = _g("hw.temperature", "Cel", "GPU core temperature", _GPU, "nvml", "NVIDIA, not MIG")
 GPU_CLOCK = _g(PREFIX + "gpu.clock", "Hz", "Current clock frequency", _GPU + (CLOCK_DOMAIN,), "nvml", "NVIDIA, not MIG", windowed=True)
-GPU_CLOCK_EVENT = _g(PREFIX + "gpu.clock_event.active", "{event}", "1 while the clock-event (throttle) reason is active", _GPU + (CLOCK_REASON,), "nvml", "NVIDIA, not MIG", windowed=True)
+GPU_CLOCK_EVENT = _g(PREFIX + "gpu.clock_event.active", "{event}", "Share of the export window the clock-event (throttle) reason was active (0..1, > 0: it was active)", _GPU + (CLOCK_REASON,), "nvml", "NVIDIA, not MIG", windowed=True, companions=False)
 GPU_ERRORS = _g("hw.errors", "{error}", "ECC errors (volatile) and XID events seen by the agent", _GPU + (ERROR_TYPE,), "nvml", "NVIDIA; ECC on data-center GPUs", kind="counter")
 GPU_STATUS = _g("hw.status", "1", "1 for the GPU's current state (ok / failed), 0 for the other", _GPU + (HW_STATE,), "nvml", "NVIDIA", kind="updowncounter")
 GPU_PCIE_IO = _g("hw.gpu.io", "By", "PCIe bytes (integrated from NVML's 20 ms PCIe throughput sample)", _GPU + (DIRECTION,), "nvml", "NVIDIA, not MIG", kind="counter")
@@ -103,7 +104,7 @@ MEMORY_USAGE = _g("system.memory.usage", "By", "Memory per state (used, free, ca
 MEMORY_LIMIT = _g("system.memory.limit", "By", "Total memory", (), "host", kind="updowncounter")
 MEMORY_UTILIZATION = _g("system.memory.utilization", "1", "Fraction of memory used", (), "host", windowed=True)
 PAGING_USAGE = _g("system.paging.usage", "By", "Swap used / free", (PAGING_STATE,), "host", kind="updowncounter")
-PAGING_OPERATIONS = _g("system.paging.operations", "{operation}", "Pages swapped in/out", (DIRECTION,), "host", kind="counter")
+PAGING_OPERATIONS = _g("system.paging.operations", "{operation}", "Pages swapped in/out", (PAGING_DIRECTION,), "host", kind="counter")
 LOAD_1M = _g("system.cpu.load_average.1m", "{run_queue_item}", "1-minute load average", (), "host")
 
 # ---- training processes -------------------------------------------------------
@@ -135,8 +136,10 @@ def register(*specs: MetricSpec) -> None:
     _extra.extend(s for s in specs if s not in _extra)
 
 
-def windowed_companions(spec: MetricSpec) -> tuple[MetricSpec, MetricSpec]:
-    """The `.min` / `.max` over the export window of a windowed gauge."""
+def windowed_companions(spec: MetricSpec) -> tuple[MetricSpec, ...]:
+    """The `.min` / `.max` over the export window of a windowed gauge (none for 0/1 flags)."""
+    if not spec.companions:
+        return ()
     base = spec.name if spec.name.startswith(PREFIX) else PREFIX + spec.name
     return (
         MetricSpec(base + ".min", spec.unit, "gauge", f"Minimum over the export window of {spec.name}", spec.attributes, spec.source, spec.hardware),

@@ -23,6 +23,7 @@ class Node:
     sources: list[Source]
     notes: list[str] = field(default_factory=list)   # one line each: what is off and why
     gpu: Source | None = None
+    lanes: list[list[Source]] = field(default_factory=list)   # sampler threads (see agent.Sampler)
 
     def close(self) -> None:
         for s in self.sources:
@@ -57,11 +58,8 @@ def build_node(config: NodeConfig) -> Node:
             node.notes.append(str(exc))  # the source says what is off and why, in one line
     else:
         node.notes.append("GPU metrics are off: disabled by --no-gpu")
-    node.sources += [
-        HostSource(),
-        NetSource(sys_root=config.sys_root, proc_root=config.proc_root),
-        DiskSource(proc_root=config.proc_root, sys_root=config.sys_root, paths=config.checkpoint_dirs),
-    ]
+    disk = DiskSource(proc_root=config.proc_root, sys_root=config.sys_root, paths=config.checkpoint_dirs)
+    node.sources += [HostSource(), NetSource(sys_root=config.sys_root, proc_root=config.proc_root), disk]
     if Path(config.sys_root, "class", "infiniband").is_dir():
         node.sources.append(InfinibandSource(sys_root=config.sys_root))
 
@@ -76,4 +74,8 @@ def build_node(config: NodeConfig) -> Node:
         return pids
 
     node.sources.append(ProcessSource(training_pids, proc_root=config.proc_root))
+    # lanes: NVML can hang on a lost GPU and statvfs on a network filesystem (the checkpoint
+    # directory), so each gets a thread; the procfs/sysfs reads share one
+    alone = [s for s in (node.gpu, disk if config.checkpoint_dirs else None) if s is not None]
+    node.lanes = [[s] for s in alone] + [[s for s in node.sources if s not in alone]]
     return node

@@ -5,88 +5,134 @@ value of every series, and for windowed gauges the mean, min and max over the
 last export window, so a stall shorter than the export interval stays visible.
 Memory is bounded: one value per series plus `window_s / interval_s` samples for
 windowed series; series a source stops reporting disappear.
+
+Cost: a source reports the same series in the same order round after round, so a
+put first tries the slot the series had last time (same spec, same attributes
+object: sources reuse their attribute dicts) and only builds and hashes a series
+key when that fails. Series keys keep their identity while they live, which lets
+the exposition cache label text per key object.
 """
 from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Iterable, Iterator
+from typing import Iterable, Mapping
 
-from .readings import Reading
+from .readings import MetricSpec, Reading
 
 Attrs = tuple[tuple[str, str], ...]
 
 
-def attrs_key(attributes) -> Attrs:
+def attrs_key(attributes: Mapping[str, str]) -> Attrs:
     """The series key: attributes in insertion order (sources build them in a fixed order;
     sorting every reading's attributes was the largest cost of a sampling round)."""
     return tuple(attributes.items())
+
+
+class _Cell:
+    """One series: its latest value and, when windowed, the samples of the window."""
+
+    __slots__ = ("value", "serial", "times", "values")
+
+    def __init__(self, windowed: bool):
+        self.value = 0.0
+        self.serial = 0
+        self.times: deque | None = deque() if windowed else None
+        self.values: deque | None = deque() if windowed else None
+
+    def trim(self, oldest: float) -> None:
+        times, values = self.times, self.values
+        while times and times[0] < oldest:
+            times.popleft()
+            values.popleft()
+
+
+# (spec, attributes object, key, cell) of one reading of the last put
+_Slot = tuple[MetricSpec, Mapping[str, str], Attrs, _Cell]
 
 
 class Store:
     def __init__(self, window_s: float):
         self.window_s = window_s
         self._lock = threading.Lock()
-        self._latest: dict[str, dict[Attrs, float]] = {}
-        self._windows: dict[str, dict[Attrs, deque]] = {}
-        self._owned: dict[str, set[tuple[str, Attrs]]] = {}
-        self._generation = 0      # bumped by every put: invalidates the window cache
+        self._series: dict[str, dict[Attrs, _Cell]] = {}
+        self._slots: dict[str, list[_Slot]] = {}   # per source, in the order of its last put
+        self._serial = 0          # bumped by every put: invalidates the window cache
         self._window_cache: dict[str, tuple[int, float, list]] = {}
 
     def put(self, source: str, readings: Iterable[Reading], now: float) -> None:
         """Replace everything `source` reported before with `readings` taken at `now` (s)."""
-        keys = set()
         with self._lock:
-            self._generation += 1
-            oldest = now - self.window_s
-            for r in readings:
-                name, key = r.spec.name, tuple(r.attributes.items())
-                keys.add((name, key))
-                series = self._latest.get(name)
-                if series is None:
-                    series = self._latest[name] = {}
-                series[key] = r.value
-                if r.spec.windowed:
-                    window = self._windows.setdefault(name, {}).get(key)
-                    if window is None:
-                        window = self._windows[name][key] = deque()
-                    window.append((now, r.value))
-                    while window[0][0] < oldest:
-                        window.popleft()
-            for name, key in self._owned.get(source, set()) - keys:
-                self._latest.get(name, {}).pop(key, None)
-                self._windows.get(name, {}).pop(key, None)
-            self._owned[source] = keys
+            self._serial += 1
+            serial, oldest = self._serial, now - self.window_s
+            prev = self._slots.get(source, [])
+            slots: list[_Slot] = []
+            for i, r in enumerate(readings):
+                spec, attrs = r.spec, r.attributes
+                if i < len(prev) and prev[i][0] is spec and prev[i][1] is attrs:
+                    slot = prev[i]
+                else:
+                    slot = self._slot(spec, attrs)
+                cell = slot[3]
+                cell.value, cell.serial = r.value, serial
+                if cell.times is not None:
+                    cell.times.append(now)
+                    cell.values.append(r.value)
+                    cell.trim(oldest)
+                slots.append(slot)
+            for spec, _, key, cell in prev:
+                if cell.serial != serial:   # not reported this time: gone
+                    series = self._series.get(spec.name, {})
+                    if series.get(key) is cell:
+                        del series[key]
+            self._slots[source] = slots
+
+    def _slot(self, spec: MetricSpec, attrs: Mapping[str, str]) -> _Slot:
+        series = self._series.get(spec.name)
+        if series is None:
+            series = self._series[spec.name] = {}
+        key = attrs_key(attrs)
+        cell = series.get(key)
+        if cell is None:
+            cell = series[key] = _Cell(spec.windowed)
+        return spec, attrs, key, cell
 
     def forget(self, source: str) -> None:
         """Drop every series of `source` (it failed as a whole)."""
         self.put(source, (), 0.0)
 
-    def latest(self, name: str) -> Iterator[tuple[float, Attrs]]:
+    def latest(self, name: str) -> tuple[list[float], tuple[Attrs, ...]]:
+        """(values, keys) of every series of `name`, as two columns in the same order."""
         with self._lock:
-            items = list(self._latest.get(name, {}).items())
-        for key, value in items:
-            yield value, key
+            series = self._series.get(name, {})
+            return [cell.value for cell in series.values()], tuple(series)
 
-    def window(self, name: str, now: float) -> list[tuple[float, float, float, Attrs]]:
-        """(mean, min, max, attrs) over samples of the last `window_s` seconds.
+    def window(self, name: str, now: float) -> tuple[list[float], list[float], list[float], tuple[Attrs, ...]]:
+        """(means, mins, maxs, keys) over samples of the last `window_s` seconds, as columns.
 
         Cached until the next put, so the mean, min and max families of one export
         walk the samples once.
         """
         with self._lock:
             cached = self._window_cache.get(name)
-            if cached and cached[0] == self._generation and abs(cached[1] - now) < 0.05:
+            if cached and cached[0] == self._serial and abs(cached[1] - now) < 0.05:
                 return cached[2]
             oldest = now - self.window_s
-            rows = []
-            for key, w in self._windows.get(name, {}).items():
-                values = [v for t, v in w if t >= oldest]
+            means, mins, maxs, keys = [], [], [], []
+            for key, cell in self._series.get(name, {}).items():
+                if cell.times is None:
+                    continue
+                cell.trim(oldest)
+                values = cell.values
                 if values:
-                    rows.append((sum(values) / len(values), min(values), max(values), key))
-            self._window_cache[name] = (self._generation, now, rows)
-            return rows
+                    means.append(sum(values) / len(values))
+                    mins.append(min(values))
+                    maxs.append(max(values))
+                    keys.append(key)
+            columns = (means, mins, maxs, tuple(keys))
+            self._window_cache[name] = (self._serial, now, columns)
+            return columns
 
     def snapshot(self) -> dict[str, dict[Attrs, float]]:
         with self._lock:
-            return {name: dict(series) for name, series in self._latest.items()}
+            return {name: {key: cell.value for key, cell in series.items()} for name, series in self._series.items()}

@@ -55,11 +55,11 @@ lay.add(timeseries(
     [(f'otelgpu_gpu_clock_hertz{{{GPU}, otelgpu_clock_domain="sm"}}', PER_GPU)],
     "hertz", fill=0), w=8)
 lay.add(timeseries(
-    "Throttle (clock event) reasons active",
-    "Any reason other than gpu_idle or applications_clocks_setting held for long costs speed: thermal, power or sync boost.",
+    "Throttle (clock event) reasons: share of time active",
+    "Share of each export window a reason held; any reason other than gpu_idle or applications_clocks_setting held for long costs speed.",
     [(f"max by (host_name, otelgpu_gpu_index, otelgpu_clock_event_reason) "
-      f"(otelgpu_gpu_clock_event_active_max{{{GPU}}})", PER_GPU + " {{otelgpu_clock_event_reason}}")],
-    "short", legend="hidden", calcs=(), fill=0), w=12)
+      f"(otelgpu_gpu_clock_event_active{{{GPU}}})", PER_GPU + " {{otelgpu_clock_event_reason}}")],
+    "percentunit", legend="hidden", calcs=(), fill=0), w=12)
 lay.add(timeseries(
     "ECC errors and XID events",
     "Any increase deserves a look; a rising uncorrected count or an XID means the GPU should be drained.",

@@ -112,6 +112,7 @@ class _Handle:
         self.energy_mj = 1.0e9 + index * 1.0e7   # since "driver load"
         self.nvlink_kib = [0.0, 0.0]
         self.last_t: float | None = None
+        self.util_t, self.util = float("-inf"), 0.0
         self.xids = list(spec.xids)
 
     def __repr__(self):
@@ -166,7 +167,9 @@ class FakeNvml:
 
     def __getattr__(self, name):
         if name.startswith(("NVML_", "NVMLError", "nvmlClocks", "nvmlEventType")):
-            return getattr(pynvml, name)
+            value = getattr(pynvml, name)
+            setattr(self, name, value)   # found in the instance next time
+            return value
         raise AttributeError(f"FakeNvml has no {name}")
 
     # ---- bookkeeping ---------------------------------------------------------------
@@ -175,16 +178,17 @@ class FakeNvml:
         if not self.initialized:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
         self.calls[(fn, h.index)] += 1
-        key = (fn, _key(args))
-        if key in h.seen:
-            h.reads += 1
-            h.seen = set()
-        h.seen.add(key)
         root = h.parent or h
         lost_after = root.spec.lost_after_reads
-        if lost_after is not None and root.reads >= lost_after and not root.lost:
-            root.lost = True
-            root.xids.append(79)   # "GPU has fallen off the bus"
+        if lost_after is not None:   # a read ends when a call repeats with the same arguments
+            key = (fn, _key(args))
+            if key in h.seen:
+                h.reads += 1
+                h.seen = set()
+            h.seen.add(key)
+            if root.reads >= lost_after and not root.lost:
+                root.lost = True
+                root.xids.append(79)   # "GPU has fallen off the bus"
         if root.lost:
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
         if fn in h.spec.missing_functions:
@@ -199,8 +203,11 @@ class FakeNvml:
     def _util(self, h: _Handle) -> float:
         """Utilization 0..1 around the spec's load, varying with time, per GPU phase."""
         t, load = self._t(), h.spec.load
+        if t - h.util_t < 1e-3:   # one value per millisecond: the calls of one read agree
+            return h.util
         wave = 0.08 * math.sin(2 * math.pi * t / 7.0 + h.index) + 0.04 * math.sin(2 * math.pi * t / 1.3 + 2 * h.index)
-        return min(1.0, max(0.0, load + wave * (1 if load > 0.05 else 0)))
+        h.util_t, h.util = t, min(1.0, max(0.0, load + wave * (1 if load > 0.05 else 0)))
+        return h.util
 
     def _power_w(self, h: _Handle) -> float:
         s = h.spec

@@ -37,11 +37,13 @@ def metric_ids(nvml) -> dict[int, str]:
     return {getattr(nvml, n): n for n in _METRICS if hasattr(nvml, n)}
 
 
-def gpm_readings(values: dict[str, float], attrs: dict[str, str], *, nvlink: bool = True) -> list[Reading]:
+def gpm_readings(values: dict[str, float], attrs: dict[str, str], *, nvlink: bool = True,
+                 tagged=None) -> list[Reading]:
     """Readings from raw GPM values keyed by constant name (percent, MiB/s).
 
     Percentages become fractions clamped to 0..1; MiB/s become bytes/s. NVLink
-    rates are left out when the GPU has no NVLink (`nvlink=False`).
+    rates are left out when the GPU has no NVLink (`nvlink=False`). `tagged(key, value)`,
+    when given, returns `attrs` plus one attribute (a cached dict the readings share).
     """
     out = []
     for name, raw in values.items():
@@ -51,9 +53,12 @@ def gpm_readings(values: dict[str, float], attrs: dict[str, str], *, nvlink: boo
         value = raw * scale
         if spec.unit == "1":
             value = min(max(value, 0.0), 1.0)
-        a = dict(attrs)
-        if direction:
-            a[DIRECTION] = direction
+        if not direction:
+            a = attrs
+        elif tagged is not None:
+            a = tagged(DIRECTION, direction)
+        else:
+            a = {**attrs, DIRECTION: direction}
         out.append(Reading(spec, max(value, 0.0), a))
     return out
 

@@ -107,9 +107,8 @@ class HostSource:
         if sw is not None:
             out.append(Reading(names.PAGING_USAGE, float(sw.used), {names.PAGING_STATE: "used"}))
             out.append(Reading(names.PAGING_USAGE, float(sw.free), {names.PAGING_STATE: "free"}))
-            direction = names.PAGING_OPERATIONS.attributes[0]
-            out.append(Reading(names.PAGING_OPERATIONS, float(sw.sin // SWAP_PAGE), {direction: "in"}))
-            out.append(Reading(names.PAGING_OPERATIONS, float(sw.sout // SWAP_PAGE), {direction: "out"}))
+            out.append(Reading(names.PAGING_OPERATIONS, float(sw.sin // SWAP_PAGE), {names.PAGING_DIRECTION: "in"}))
+            out.append(Reading(names.PAGING_OPERATIONS, float(sw.sout // SWAP_PAGE), {names.PAGING_DIRECTION: "out"}))
             self._last["swap_total"] = int(sw.total)
         load = self._part("getloadavg", self.ps.getloadavg)
         if load is not None:

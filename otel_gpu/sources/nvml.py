@@ -9,6 +9,7 @@ is marked failed (`hw.status`) and no longer read; the other GPUs keep reporting
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -23,6 +24,7 @@ from .procenv import rank_of
 
 KIB = 1024
 PCIE_MIN_INTERVAL_S = 1.0   # seconds between nvmlDeviceGetPcieThroughput calls per device
+SLOW_READ_S = 10.0          # seconds between reads of the power limit and ECC totals (repeated in between)
 _SKIP = object()
 FIELDS = ("utilization", "memory", "power", "power_limit", "energy", "temperature", "clock_sm", "clock_memory",
           "clock_events", "ecc_corrected", "ecc_uncorrected", "pcie_transmit", "pcie_receive", "nvlink",
@@ -38,12 +40,19 @@ CLOCK_REASONS = {0x001: "gpu_idle", 0x002: "applications_clocks_setting", 0x004:
 
 def clock_reason_values(mask: int) -> dict[str, int]:
     """Every known reason -> 1 if its bit is set in `mask`, else 0; unknown set bits as `bit_<n>`."""
-    out = {name: int(bool(mask & bit)) for bit, name in CLOCK_REASONS.items()}
+    return dict(_clock_reason_items(mask))
+
+
+@functools.lru_cache(maxsize=64)
+def _clock_reason_items(mask: int) -> tuple[tuple[str, int], ...]:
+    """`clock_reason_values` as items, computed once per mask (masks rarely change)."""
+    out = [(name, int(bool(mask & bit))) for bit, name in CLOCK_REASONS.items()]
     rest = mask & ~sum(CLOCK_REASONS)
-    for n in range(64):
-        if rest >> n & 1:
-            out[f"bit_{n}"] = 1
-    return out
+    while rest:
+        low = rest & -rest
+        out.append((f"bit_{low.bit_length() - 1}", 1))
+        rest ^= low
+    return tuple(out)
 
 
 def mig_profile(name: str) -> str | None:
@@ -77,6 +86,7 @@ class _Device:
         self.clock_fn = _CLOCK_FNS[0]
         self.xid: dict[int, int] = {}
         self.pcie: dict[str, list[float]] = {}   # direction -> [bytes total, last KB/s, last t]
+        self.slow: tuple[float, list[Reading]] | None = None   # (read at, readings) of _slow()
         self.attrs = {N.HW_ID: uuid, N.HW_NAME: name, N.HW_VENDOR: "nvidia", N.HW_TYPE: "gpu",
                       N.GPU_INDEX: str(index)}
         if parent is not None:
@@ -84,6 +94,14 @@ class _Device:
             profile = mig_profile(name)
             if profile:
                 self.attrs[N.MIG_PROFILE] = profile
+        self._tagged: dict[tuple[str, str], dict[str, str]] = {}
+
+    def tagged(self, key: str, value: str) -> dict[str, str]:
+        """`attrs` plus one attribute, built once (readings share it: never mutate it)."""
+        attrs = self._tagged.get((key, value))
+        if attrs is None:
+            attrs = self._tagged[(key, value)] = {**self.attrs, key: value}
+        return attrs
 
 
 class NvmlSource:
@@ -151,7 +169,8 @@ class NvmlSource:
                 dev.errors[field] = E.describe_error(err)
                 self.partial_errors += 1
             return _SKIP
-        dev.errors.pop(field, None)
+        if dev.errors:
+            dev.errors.pop(field, None)
         return value
 
     # ---- the Source protocol -------------------------------------------------
@@ -190,10 +209,10 @@ class NvmlSource:
             dev.gpm.close()
             dev.gpm = None
 
-    def _status(self, dev: _Device) -> list[Reading]:
+    def _status(self, dev: _Device) -> tuple[Reading, Reading]:
         ok = 0 if dev.failed else 1
-        return [Reading(N.GPU_STATUS, ok, {**dev.attrs, N.HW_STATE: "ok"}),
-                Reading(N.GPU_STATUS, 1 - ok, {**dev.attrs, N.HW_STATE: "failed"})]
+        return (Reading(N.GPU_STATUS, ok, dev.tagged(N.HW_STATE, "ok")),
+                Reading(N.GPU_STATUS, 1 - ok, dev.tagged(N.HW_STATE, "failed")))
 
     # ---- probing (once per device) ---------------------------------------------
     def _probe(self, dev: _Device) -> None:
@@ -247,7 +266,7 @@ class NvmlSource:
         nvml, a, out = self._nvml, dev.attrs, []
         add = out.append
         h = dev.handle
-        task = {**a, N.GPU_TASK: "general"}
+        task = dev.tagged(N.GPU_TASK, "general")
         u = self._call(dev, "utilization", "nvmlDeviceGetUtilizationRates", h)
         if u is not _SKIP:
             add(Reading(N.GPU_UTILIZATION, u.gpu / 100.0, task))
@@ -256,9 +275,6 @@ class NvmlSource:
         p = self._call(dev, "power", "nvmlDeviceGetPowerUsage", h)
         if p is not _SKIP:
             add(Reading(N.GPU_POWER, p / 1000.0, a))                     # mW -> W
-        p = self._call(dev, "power_limit", "nvmlDeviceGetEnforcedPowerLimit", h)
-        if p is not _SKIP:
-            add(Reading(N.GPU_POWER_LIMIT, p / 1000.0, a))               # mW -> W
         e = self._call(dev, "energy", "nvmlDeviceGetTotalEnergyConsumption", h)
         if e is not _SKIP:
             add(Reading(N.GPU_ENERGY, e / 1000.0, a))                    # mJ -> J
@@ -268,12 +284,14 @@ class NvmlSource:
         for domain, clock in (("sm", nvml.NVML_CLOCK_SM), ("memory", nvml.NVML_CLOCK_MEM)):
             c = self._call(dev, f"clock_{domain}", "nvmlDeviceGetClockInfo", h, clock)
             if c is not _SKIP:
-                add(Reading(N.GPU_CLOCK, c * 1e6, {**a, N.CLOCK_DOMAIN: domain}))  # MHz -> Hz
+                add(Reading(N.GPU_CLOCK, c * 1e6, dev.tagged(N.CLOCK_DOMAIN, domain)))  # MHz -> Hz
         mask = self._clock_events(dev)
         if mask is not _SKIP:
-            for reason, active in clock_reason_values(int(mask)).items():
-                add(Reading(N.GPU_CLOCK_EVENT, active, {**a, N.CLOCK_REASON: reason}))
-        out.extend(self._errors(dev))
+            for reason, active in _clock_reason_items(int(mask)):
+                add(Reading(N.GPU_CLOCK_EVENT, active, dev.tagged(N.CLOCK_REASON, reason)))
+        out.extend(self._slow(dev, now))
+        for code, n in sorted(dev.xid.items()):
+            add(Reading(N.GPU_ERRORS, float(n), dev.tagged(N.ERROR_TYPE, f"xid_{code}")))
         out.extend(self._pcie(dev, now))
         out.extend(self._nvlink(dev))
         if dev.migs:
@@ -303,15 +321,21 @@ class NvmlSource:
         return [Reading(N.GPU_MEMORY_USAGE, float(m.used), dev.attrs),
                 Reading(N.GPU_MEMORY_LIMIT, float(m.total), dev.attrs)]
 
-    def _errors(self, dev: _Device) -> list[Reading]:
+    def _slow(self, dev: _Device, now: float) -> list[Reading]:
+        """Power limit and volatile ECC totals: they change by an admin's action or rarely, so
+        they are read every SLOW_READ_S seconds and the same readings repeated in between."""
+        if dev.slow is not None and now - dev.slow[0] < SLOW_READ_S:
+            return dev.slow[1]
         nvml, out = self._nvml, []
+        p = self._call(dev, "power_limit", "nvmlDeviceGetEnforcedPowerLimit", dev.handle)
+        if p is not _SKIP:
+            out.append(Reading(N.GPU_POWER_LIMIT, p / 1000.0, dev.attrs))      # mW -> W
         for kind, etype in (("ecc_corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
                             ("ecc_uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
             n = self._call(dev, kind, "nvmlDeviceGetTotalEccErrors", dev.handle, etype, nvml.NVML_VOLATILE_ECC)
             if n is not _SKIP:
-                out.append(Reading(N.GPU_ERRORS, float(n), {**dev.attrs, N.ERROR_TYPE: kind}))
-        for code, n in sorted(dev.xid.items()):
-            out.append(Reading(N.GPU_ERRORS, float(n), {**dev.attrs, N.ERROR_TYPE: f"xid_{code}"}))
+                out.append(Reading(N.GPU_ERRORS, float(n), dev.tagged(N.ERROR_TYPE, kind)))
+        dev.slow = (now, out)
         return out
 
     def _pcie(self, dev: _Device, now: float) -> list[Reading]:
@@ -325,7 +349,7 @@ class NvmlSource:
             state = dev.pcie.get(direction)
             if state is not None and now - state[2] < PCIE_MIN_INTERVAL_S:
                 # each call samples a counter for 20 ms inside the driver: at most once a second
-                out.append(Reading(N.GPU_PCIE_IO, state[0], {**dev.attrs, N.DIRECTION: direction}))
+                out.append(Reading(N.GPU_PCIE_IO, state[0], dev.tagged(N.DIRECTION, direction)))
                 continue
             rate = self._call(dev, f"pcie_{direction}", "nvmlDeviceGetPcieThroughput", dev.handle, counter)
             if rate is _SKIP:
@@ -337,7 +361,7 @@ class NvmlSource:
                 dt = max(now - state[2], 0.0)
                 state[0] += (state[1] + rate) / 2.0 * KIB * dt
                 state[1], state[2] = float(rate), now
-            out.append(Reading(N.GPU_PCIE_IO, state[0], {**dev.attrs, N.DIRECTION: direction}))
+            out.append(Reading(N.GPU_PCIE_IO, state[0], dev.tagged(N.DIRECTION, direction)))
         return out
 
     def _field_values(self, dev: _Device, field: str, ids: list) -> list[float] | None:
@@ -362,8 +386,8 @@ class NvmlSource:
                                                   (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0)])
         if vals is None:
             return []
-        return [Reading(N.GPU_NVLINK_IO, vals[0] * KIB, {**dev.attrs, N.DIRECTION: "transmit"}),
-                Reading(N.GPU_NVLINK_IO, vals[1] * KIB, {**dev.attrs, N.DIRECTION: "receive"})]
+        return [Reading(N.GPU_NVLINK_IO, vals[0] * KIB, dev.tagged(N.DIRECTION, "transmit")),
+                Reading(N.GPU_NVLINK_IO, vals[1] * KIB, dev.tagged(N.DIRECTION, "receive"))]
 
     def _processes(self, dev: _Device, pids: set[int]) -> list[Reading]:
         procs = self._call(dev, "processes", "nvmlDeviceGetComputeRunningProcesses", dev.handle)
@@ -410,7 +434,7 @@ class NvmlSource:
                 dev.errors["gpm"] = E.describe_error(err)
                 self.partial_errors += 1
             return []
-        return gpm_mod.gpm_readings(values, dev.attrs, nvlink=dev.nvlink)
+        return gpm_mod.gpm_readings(values, dev.attrs, nvlink=dev.nvlink, tagged=dev.tagged)
 
     # ---- doctor ------------------------------------------------------------------
     def describe(self) -> dict:

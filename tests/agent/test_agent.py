@@ -12,6 +12,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_gpu.agent import Exported, Instruments, Sampler
 from otel_gpu.export import OtlpSettings, otlp_exporter, periodic_reader
+from otel_gpu.node import NodeConfig, build_node
 from otel_gpu.store import Store
 
 from .sources import ScriptedSource
@@ -83,6 +84,36 @@ def test_a_hung_source_does_not_stop_the_others():
     finally:
         gate.set()
         sampler.stop()
+
+
+def test_lanes_share_a_thread_and_a_hung_lane_stops_only_itself():
+    gate = threading.Event()
+    hung, a, b = ScriptedSource(name="hung", hang=gate), ScriptedSource(name="a"), ScriptedSource(name="b")
+    sampler = Sampler([hung, a, b], Store(1.0), interval_s=0.05, lanes=[[hung], [a, b]])
+    sampler.start()
+    try:
+        time.sleep(1.0)
+        assert a.reads >= 10 and abs(a.reads - b.reads) <= 1   # one thread reads both, in turn
+        assert hung.reads == 1
+        assert sorted(t.name for t in threading.enumerate() if t.name.startswith("otelgpu-")) == \
+            ["otelgpu-a+b", "otelgpu-hung"]
+    finally:
+        gate.set()
+        sampler.stop()
+    with pytest.raises(ValueError, match="exactly once"):
+        Sampler([hung, a, b], Store(1.0), interval_s=0.05, lanes=[[hung], [a]])
+
+
+def test_the_node_gives_nvml_and_checkpoint_filesystems_lanes_of_their_own(tmp_path):
+    node = build_node(NodeConfig(fake_gpus=2, checkpoint_dirs=(str(tmp_path),)))
+    try:
+        lanes = [[s.name for s in lane] for lane in node.lanes]
+        assert lanes[:2] == [["nvml"], ["disk"]]
+        assert lanes[2][:2] == ["host", "net"] and "process" in lanes[2] and "disk" not in lanes[2]
+    finally:
+        node.close()
+    plain = build_node(NodeConfig(gpus=False))
+    assert len(plain.lanes) == 1 and {s.name for s in plain.lanes[0]} >= {"host", "net", "disk", "process"}
 
 
 class _SlowHandler(http.server.BaseHTTPRequestHandler):

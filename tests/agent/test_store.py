@@ -6,11 +6,17 @@ A = {names.HW_ID: "GPU-a"}
 B = {names.HW_ID: "GPU-b"}
 
 
+def latest(store, name):
+    """[(value, attributes dict)] of `name`, from the store's (values, keys) columns."""
+    values, keys = store.latest(name)
+    return [(v, dict(k)) for v, k in zip(values, keys)]
+
+
 def test_window_keeps_a_short_stall_visible():
     store = Store(window_s=10)
     for t, v in enumerate([0.9, 0.9, 0.0, 0.9, 0.9]):   # one 1-s stall in a 10-s window
         store.put("nvml", [Reading(names.GPU_UTILIZATION, v, A)], now=float(t))
-    (mean, lo, hi, key), = store.window(names.GPU_UTILIZATION.name, now=4.0)
+    (mean,), (lo,), (hi,), (key,) = store.window(names.GPU_UTILIZATION.name, now=4.0)
     assert lo == 0.0 and hi == 0.9
     assert abs(mean - 0.72) < 1e-9
     assert dict(key) == A
@@ -20,17 +26,19 @@ def test_window_drops_samples_older_than_the_window():
     store = Store(window_s=2)
     for t, v in enumerate([0.0, 1.0, 1.0, 1.0]):
         store.put("nvml", [Reading(names.GPU_UTILIZATION, v, A)], now=float(t))
-    (mean, lo, hi, _), = store.window(names.GPU_UTILIZATION.name, now=3.0)
+    (mean,), (lo,), (hi,), _ = store.window(names.GPU_UTILIZATION.name, now=3.0)
     assert (mean, lo, hi) == (1.0, 1.0, 1.0)
+    # a source that stopped reporting 5 s ago has nothing left in its window
+    assert store.window(names.GPU_UTILIZATION.name, now=8.0) == ([], [], [], ())
 
 
 def test_series_a_source_stops_reporting_disappear():
     store = Store(window_s=5)
     store.put("nvml", [Reading(names.GPU_MEMORY_USAGE, 1, A), Reading(names.GPU_MEMORY_USAGE, 2, B)], now=0)
     store.put("nvml", [Reading(names.GPU_MEMORY_USAGE, 3, A)], now=1)
-    assert [(v, dict(k)) for v, k in store.latest(names.GPU_MEMORY_USAGE.name)] == [(3, A)]
+    assert latest(store, names.GPU_MEMORY_USAGE.name) == [(3, A)]
     store.forget("nvml")
-    assert list(store.latest(names.GPU_MEMORY_USAGE.name)) == []
+    assert latest(store, names.GPU_MEMORY_USAGE.name) == []
 
 
 def test_sources_do_not_erase_each_other():
@@ -38,4 +46,20 @@ def test_sources_do_not_erase_each_other():
     store.put("a", [Reading(names.GPU_MEMORY_USAGE, 1, A)], now=0)
     store.put("b", [Reading(names.GPU_MEMORY_USAGE, 2, B)], now=0)
     store.put("a", [Reading(names.GPU_MEMORY_USAGE, 5, A)], now=1)
-    assert sorted(v for v, _ in store.latest(names.GPU_MEMORY_USAGE.name)) == [2, 5]
+    assert sorted(v for v, _ in latest(store, names.GPU_MEMORY_USAGE.name)) == [2, 5]
+
+
+def test_reused_attribute_objects_in_a_new_order_land_on_the_right_series():
+    """The put's fast path matches a reading to last round's slot by spec and attribute
+    object; readings that move, change spec or carry equal but new dicts must still be
+    filed by their attributes."""
+    store = Store(window_s=5)
+    store.put("nvml", [Reading(names.GPU_MEMORY_USAGE, 1, A), Reading(names.GPU_MEMORY_LIMIT, 9, A),
+                       Reading(names.GPU_MEMORY_USAGE, 2, B)], now=0)
+    keys_before = store.latest(names.GPU_MEMORY_USAGE.name)[1]
+    store.put("nvml", [Reading(names.GPU_MEMORY_USAGE, 4, B), Reading(names.GPU_MEMORY_USAGE, 3, dict(A)),
+                       Reading(names.GPU_MEMORY_LIMIT, 8, A)], now=1)
+    assert sorted(latest(store, names.GPU_MEMORY_USAGE.name), key=str) == [(3, A), (4, B)]
+    assert latest(store, names.GPU_MEMORY_LIMIT.name) == [(8, A)]
+    # a series that lives on keeps its key object (the exposition caches label text by it)
+    assert {id(k) for k in store.latest(names.GPU_MEMORY_USAGE.name)[1]} == {id(k) for k in keys_before}
