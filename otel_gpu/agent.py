@@ -112,6 +112,7 @@ class Sampler:
 
 
 Values = tuple[Sequence[float], Sequence[Attrs]]   # (values, series keys): two columns, same order
+_NONE: Values = ((), ())
 
 
 class Exported:
@@ -144,11 +145,11 @@ class Exported:
                 self.families.append((spec, partial(self._latest, spec)))
 
     def _latest(self, spec: MetricSpec) -> Values:
-        return self._store.latest(spec.name)
+        return self._store.columns(self._sampler.clock()).get(spec.name, _NONE)
 
     def _window(self, spec: MetricSpec, index: int) -> Values:
-        columns = self._store.window(spec.name, self._sampler.clock())
-        return columns[index], columns[3]
+        columns = self._store.columns(self._sampler.clock()).get(spec.name)
+        return _NONE if columns is None else (columns[index], columns[3])
 
     def _agent_health(self, spec: MetricSpec) -> Values:
         s = self._sampler

@@ -56,7 +56,7 @@ def _g(name, unit, desc, attrs=(), source="", hardware="any", kind="gauge", wind
 GPU_UTILIZATION = _g("hw.gpu.utilization", "1", "Fraction of time one or more kernels ran (NVML 'GPU utilization'; not SM activity)", _GPU + (GPU_TASK,), "nvml", "NVIDIA, not MIG", windowed=True)
 GPU_MEMORY_USAGE = _g("hw.gpu.memory.usage", "By", "GPU memory in use", _GPU, "nvml", "NVIDIA", kind="updowncounter")
 GPU_MEMORY_LIMIT = _g("hw.gpu.memory.limit", "By", "GPU memory size", _GPU, "nvml", "NVIDIA", kind="updowncounter")
-GPU_MEMORY_UTILIZATION = _g("hw.gpu.memory.utilization", "1", "Fraction of time device memory was read or written (NVML memory utilization)", _GPU + (GPU_TASK,), "nvml", "NVIDIA, not MIG", windowed=True)
+GPU_MEMORY_UTILIZATION = _g("hw.gpu.memory.utilization", "1", "Fraction of time device memory was read or written (NVML memory utilization)", _GPU + (GPU_TASK,), "nvml", "NVIDIA, not MIG", windowed=True, companions=False)
 GPU_POWER = _g("hw.power", "W", "GPU power draw", _GPU, "nvml", "NVIDIA, not MIG", windowed=True)
 GPU_POWER_LIMIT = _g("hw.power.limit", "W", "GPU enforced power limit", _GPU, "nvml", "NVIDIA, not MIG")
 GPU_ENERGY = _g("hw.energy", "J", "GPU energy since driver load", _GPU, "nvml", "NVIDIA Volta+, not MIG", kind="counter")
@@ -72,11 +72,11 @@ GPU_PROCESS_MEMORY = _g(PREFIX + "gpu.process.memory.usage", "By", "GPU memory u
 # ---- GPU: NVML GPM (Hopper and newer) -------------------------------------
 _GPM = "NVIDIA Hopper+ (GPM)"
 GPU_SM_ACTIVITY = _g(PREFIX + "gpu.sm.activity", "1", "Fraction of SM cycles with at least one warp resident (GPM SM activity)", _GPU, "gpm", _GPM, windowed=True)
-GPU_SM_OCCUPANCY = _g(PREFIX + "gpu.sm.occupancy", "1", "Resident warps over the SM maximum (GPM SM occupancy)", _GPU, "gpm", _GPM, windowed=True)
+GPU_SM_OCCUPANCY = _g(PREFIX + "gpu.sm.occupancy", "1", "Resident warps over the SM maximum (GPM SM occupancy)", _GPU, "gpm", _GPM, windowed=True, companions=False)
 GPU_TENSOR_ACTIVITY = _g(PREFIX + "gpu.tensor.activity", "1", "Fraction of cycles the tensor pipes were active (GPM, any precision)", _GPU, "gpm", _GPM, windowed=True)
-GPU_DRAM_ACTIVITY = _g(PREFIX + "gpu.dram.activity", "1", "DRAM bandwidth used over peak (GPM DRAM BW utilization)", _GPU, "gpm", _GPM, windowed=True)
-GPU_NVLINK_RATE = _g(PREFIX + "gpu.nvlink.rate", "By/s", "NVLink data rate, all links (GPM)", _GPU + (DIRECTION,), "gpm", _GPM, windowed=True)
-GPU_PCIE_RATE = _g(PREFIX + "gpu.pcie.rate", "By/s", "PCIe data rate (GPM)", _GPU + (DIRECTION,), "gpm", _GPM, windowed=True)
+GPU_DRAM_ACTIVITY = _g(PREFIX + "gpu.dram.activity", "1", "DRAM bandwidth used over peak (GPM DRAM BW utilization)", _GPU, "gpm", _GPM, windowed=True, companions=False)
+GPU_NVLINK_RATE = _g(PREFIX + "gpu.nvlink.rate", "By/s", "NVLink data rate, all links (GPM)", _GPU + (DIRECTION,), "gpm", _GPM, windowed=True, companions=False)
+GPU_PCIE_RATE = _g(PREFIX + "gpu.pcie.rate", "By/s", "PCIe data rate (GPM)", _GPU + (DIRECTION,), "gpm", _GPM, windowed=True, companions=False)
 
 # ---- network: OS interfaces and InfiniBand --------------------------------
 NET_IO = _g("system.network.io", "By", "Bytes through an OS network interface", (IFACE, DIRECTION), "net", kind="counter")
@@ -102,7 +102,7 @@ CPU_UTILIZATION = _g("system.cpu.utilization", "1", "Share of all CPUs' time per
 CPU_COUNT = _g("system.cpu.logical.count", "{cpu}", "Logical CPUs", (), "host", kind="updowncounter")
 MEMORY_USAGE = _g("system.memory.usage", "By", "Memory per state (used, free, cached, buffered)", (MEMORY_STATE,), "host", kind="updowncounter")
 MEMORY_LIMIT = _g("system.memory.limit", "By", "Total memory", (), "host", kind="updowncounter")
-MEMORY_UTILIZATION = _g("system.memory.utilization", "1", "Fraction of memory used", (), "host", windowed=True)
+MEMORY_UTILIZATION = _g("system.memory.utilization", "1", "Fraction of memory used", (), "host", windowed=True, companions=False)
 PAGING_USAGE = _g("system.paging.usage", "By", "Swap used / free", (PAGING_STATE,), "host", kind="updowncounter")
 PAGING_OPERATIONS = _g("system.paging.operations", "{operation}", "Pages swapped in/out", (PAGING_DIRECTION,), "host", kind="counter")
 LOAD_1M = _g("system.cpu.load_average.1m", "{run_queue_item}", "1-minute load average", (), "host")

@@ -33,8 +33,9 @@ class MetricSpec:
     `windowed` marks utilization-like gauges that are sampled faster than they are
     exported: the agent exports their mean over the export window plus `.min` and
     `.max` companions, so a stall shorter than the export interval stays visible.
-    `companions=False` leaves the companions out where the mean already says it all
-    (a 0/1 flag: its mean is the share of the window it was 1).
+    `companions=False` leaves them out where the mean says enough: a 0/1 flag (its mean
+    is the share of the window it was 1), slow or secondary gauges, and rates whose exact
+    byte counters are exported too.
     """
 
     name: str

@@ -30,21 +30,30 @@ def attrs_key(attributes: Mapping[str, str]) -> Attrs:
 
 
 class _Cell:
-    """One series: its latest value and, when windowed, the samples of the window."""
+    """One series: its latest value and, when windowed, the samples of the window and their sum."""
 
-    __slots__ = ("value", "serial", "times", "values")
+    __slots__ = ("value", "serial", "times", "values", "total")
 
     def __init__(self, windowed: bool):
         self.value = 0.0
         self.serial = 0
         self.times: deque | None = deque() if windowed else None
         self.values: deque | None = deque() if windowed else None
+        self.total = 0.0
+
+    def add(self, t: float, value: float, oldest: float) -> None:
+        self.times.append(t)
+        self.values.append(value)
+        self.total += value
+        self.trim(oldest)
 
     def trim(self, oldest: float) -> None:
         times, values = self.times, self.values
         while times and times[0] < oldest:
             times.popleft()
-            values.popleft()
+            self.total -= values.popleft()
+        if len(values) == 1:   # restart the running sum exactly now and then: no drift
+            self.total = values[0]
 
 
 # (spec, attributes object, key, cell) of one reading of the last put
@@ -57,8 +66,9 @@ class Store:
         self._lock = threading.Lock()
         self._series: dict[str, dict[Attrs, _Cell]] = {}
         self._slots: dict[str, list[_Slot]] = {}   # per source, in the order of its last put
-        self._serial = 0          # bumped by every put: invalidates the window cache
-        self._window_cache: dict[str, tuple[int, float, list]] = {}
+        self._windowed: dict[str, str] = {}         # name -> "" | "mean" | "mean, min, max"
+        self._serial = 0          # bumped by every put: invalidates the columns cache
+        self._columns: tuple[int, float, dict] | None = None
 
     def put(self, source: str, readings: Iterable[Reading], now: float) -> None:
         """Replace everything `source` reported before with `readings` taken at `now` (s)."""
@@ -76,9 +86,7 @@ class Store:
                 cell = slot[3]
                 cell.value, cell.serial = r.value, serial
                 if cell.times is not None:
-                    cell.times.append(now)
-                    cell.values.append(r.value)
-                    cell.trim(oldest)
+                    cell.add(now, r.value, oldest)
                 slots.append(slot)
             for spec, _, key, cell in prev:
                 if cell.serial != serial:   # not reported this time: gone
@@ -91,6 +99,7 @@ class Store:
         series = self._series.get(spec.name)
         if series is None:
             series = self._series[spec.name] = {}
+            self._windowed[spec.name] = "" if not spec.windowed else ("mean, min, max" if spec.companions else "mean")
         key = attrs_key(attrs)
         cell = series.get(key)
         if cell is None:
@@ -108,30 +117,42 @@ class Store:
             return [cell.value for cell in series.values()], tuple(series)
 
     def window(self, name: str, now: float) -> tuple[list[float], list[float], list[float], tuple[Attrs, ...]]:
-        """(means, mins, maxs, keys) over samples of the last `window_s` seconds, as columns.
-
-        Cached until the next put, so the mean, min and max families of one export
-        walk the samples once.
-        """
+        """(means, mins, maxs, keys) over samples of the last `window_s` seconds, as columns."""
         with self._lock:
-            cached = self._window_cache.get(name)
-            if cached and cached[0] == self._serial and abs(cached[1] - now) < 0.05:
+            return self._window_columns(self._series.get(name, {}), now - self.window_s, extremes=True)
+
+    def columns(self, now: float) -> dict[str, tuple]:
+        """Every name's export columns in one pass, cached until the next put (the mean, min
+        and max families of one export, and every family of one scrape, share it):
+        (values, keys) for plain series, (means, mins, maxs, keys) for windowed ones."""
+        with self._lock:
+            cached = self._columns
+            if cached is not None and cached[0] == self._serial and abs(cached[1] - now) < 0.05:
                 return cached[2]
-            oldest = now - self.window_s
-            means, mins, maxs, keys = [], [], [], []
-            for key, cell in self._series.get(name, {}).items():
-                if cell.times is None:
-                    continue
-                cell.trim(oldest)
-                values = cell.values
-                if values:
-                    means.append(sum(values) / len(values))
+            oldest, out = now - self.window_s, {}
+            for name, series in self._series.items():
+                windowed = self._windowed[name]
+                if windowed:
+                    out[name] = self._window_columns(series, oldest, extremes=windowed == "mean, min, max")
+                else:
+                    out[name] = ([cell.value for cell in series.values()], tuple(series))
+            self._columns = (self._serial, now, out)
+            return out
+
+    @staticmethod
+    def _window_columns(series: dict[Attrs, _Cell], oldest: float, extremes: bool) -> tuple:
+        """(means, mins, maxs, keys); mins and maxs stay empty unless `extremes`."""
+        means, mins, maxs, keys = [], [], [], []
+        for key, cell in series.items():
+            cell.trim(oldest)
+            values = cell.values
+            if values:
+                means.append(cell.total / len(values))
+                keys.append(key)
+                if extremes:
                     mins.append(min(values))
                     maxs.append(max(values))
-                    keys.append(key)
-            columns = (means, mins, maxs, tuple(keys))
-            self._window_cache[name] = (self._serial, now, columns)
-            return columns
+        return means, mins, maxs, tuple(keys)
 
     def snapshot(self) -> dict[str, dict[Attrs, float]]:
         with self._lock:
