@@ -2,8 +2,10 @@
 
 Names are the OTLP-to-Prometheus translation (`MetricSpec.prometheus_name()`), the same
 a Collector, Prometheus 3's OTLP receiver or VictoriaMetrics produce, so a dashboard or
-rule works on either path. Rendering skips the OTel SDK's per-point aggregation: label
-strings are cached per series, so a scrape of ~700 series costs about a millisecond.
+rule works on either path. Rendering skips the OTel SDK's per-point aggregation: each
+family is a cached %-template filled in one C-level operation, so a scrape of ~470 series
+(8 GPUs and the host) costs about half a millisecond. No gzip: on a training node CPU is
+scarcer than bytes (level-1 gzip of a 100 KB scrape added ~6% to the agent's CPU).
 """
 from __future__ import annotations
 

@@ -68,3 +68,23 @@ def test_values_labels_and_series_changes_render_as_valid_exposition():
     energy.values, energy.keys = [], ()                           # absent, never 0
     third = renderer.render().decode()
     assert "hw_energy_joules_total" not in third and "target_info" in third
+
+
+def test_the_endpoint_keeps_the_connection_alive_and_answers_404_elsewhere():
+    import http.client
+
+    from otel_gpu.exposition import ScrapeEndpoint
+
+    body = b"# TYPE x gauge\nx 1.0\n" * 500
+    endpoint = ScrapeEndpoint(lambda: body, 0)
+    try:
+        conn = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=10)
+        for _ in range(3):   # as Prometheus does, gzip asked for: served plain (CPU over bytes)
+            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+            resp = conn.getresponse()
+            assert resp.status == 200 and resp.read() == body and resp.getheader("Content-Encoding") is None
+            assert not resp.will_close   # HTTP/1.1 keep-alive: one connection, one server thread
+        conn.request("GET", "/other")
+        assert conn.getresponse().status == 404
+    finally:
+        endpoint.close()
