@@ -87,6 +87,7 @@ class _Device:
         self.xid: dict[int, int] = {}
         self.pcie: dict[str, list[float]] = {}   # direction -> [bytes total, last KB/s, last t]
         self.slow: tuple[float, list[Reading]] | None = None   # (read at, readings) of _slow()
+        self.by_mask: dict[int, list[Reading]] = {}   # clock-event mask -> its readings
         self.attrs = {N.HW_ID: uuid, N.HW_NAME: name, N.HW_VENDOR: "nvidia", N.HW_TYPE: "gpu",
                       N.GPU_INDEX: str(index)}
         if parent is not None:
@@ -287,8 +288,7 @@ class NvmlSource:
                 add(Reading(N.GPU_CLOCK, c * 1e6, dev.tagged(N.CLOCK_DOMAIN, domain)))  # MHz -> Hz
         mask = self._clock_events(dev)
         if mask is not _SKIP:
-            for reason, active in _clock_reason_items(int(mask)):
-                add(Reading(N.GPU_CLOCK_EVENT, active, dev.tagged(N.CLOCK_REASON, reason)))
+            out.extend(self._clock_event_readings(dev, int(mask)))
         out.extend(self._slow(dev, now))
         for code, n in sorted(dev.xid.items()):
             add(Reading(N.GPU_ERRORS, float(n), dev.tagged(N.ERROR_TYPE, f"xid_{code}")))
@@ -303,6 +303,17 @@ class NvmlSource:
         if dev.gpm is not None:
             out.extend(self._gpm(dev, now))
         return out
+
+    @staticmethod
+    def _clock_event_readings(dev: _Device, mask: int) -> list[Reading]:
+        """One reading per reason, built once per mask and device (masks rarely change)."""
+        readings = dev.by_mask.get(mask)
+        if readings is None:
+            if len(dev.by_mask) > 64:
+                dev.by_mask.clear()
+            readings = dev.by_mask[mask] = [Reading(N.GPU_CLOCK_EVENT, active, dev.tagged(N.CLOCK_REASON, reason))
+                                            for reason, active in _clock_reason_items(mask)]
+        return readings
 
     def _clock_events(self, dev: _Device):
         """The clock-event reason mask; drivers older than the 'EventReasons' name get the 'Throttle' one."""
