@@ -126,7 +126,7 @@ class Exported:
         self._sampler = sampler
         self._store = sampler.store
         self._export_failures = export_failures
-        # one key object per source, kept: the exposition caches label text per key object
+        # one key object per source, kept: each scrape finds the same series keys (no template rebuild)
         self._source_keys = tuple(((names.SOURCE, src.name),) for src in sampler.sources)
         health = {names.SOURCE_UP: self._source_health, names.SOURCE_DURATION: self._source_health,
                   names.SOURCE_ERRORS: self._source_health, names.EXPORT_FAILURES: self._agent_health,

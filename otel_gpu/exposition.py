@@ -35,8 +35,6 @@ def _help(text: str) -> str:
     return text.replace("\\", "\\\\").replace("\n", "\\n")
 
 
-
-
 def value_format(spec, windowed: bool) -> str:
     """`%r` (exact, shortest) for counts, bytes and other exact values; 6 significant digits
     for ratios and windowed statistics, which are estimates (and cost a third to format)."""
@@ -46,9 +44,9 @@ def value_format(spec, windowed: bool) -> str:
 class Renderer:
     """Renders families to the Prometheus text format.
 
-    Each family's text is a %-template (HELP, TYPE and one line per series with a `%r`
-    where its value goes), rebuilt only when the family's series change; a scrape then
-    formats each family in one C-level `%` operation. The series keys come from the store,
+    Each family's text is a %-template (HELP, TYPE and one line per series with a `%r` or
+    `%.6g` where its value goes), rebuilt only when the family's series change; a scrape
+    then formats each family in one C-level `%` operation. The series keys come from the store,
     which keeps one key object per live series, so "unchanged" is mostly an identity check.
     """
 

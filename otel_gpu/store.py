@@ -9,13 +9,14 @@ windowed series; series a source stops reporting disappear.
 Cost: a source reports the same series in the same order round after round, so a
 put first tries the slot the series had last time (same spec, same attributes
 object: sources reuse their attribute dicts) and only builds and hashes a series
-key when that fails. Series keys keep their identity while they live, which lets
-the exposition cache label text per key object.
+key when that fails. Series keys keep their identity while they live, so the
+exposition's "are this family's series unchanged?" is mostly an identity check.
 """
 from __future__ import annotations
 
 import threading
 from collections import deque
+from math import isfinite
 from typing import Iterable, Mapping
 
 from .readings import MetricSpec, Reading
@@ -147,6 +148,8 @@ class Store:
             cell.trim(oldest)
             values = cell.values
             if values:
+                if not isfinite(cell.total):   # a NaN or inf passed through the running sum
+                    cell.total = sum(values)
                 means.append(cell.total / len(values))
                 keys.append(key)
                 if extremes:

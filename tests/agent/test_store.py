@@ -63,3 +63,12 @@ def test_reused_attribute_objects_in_a_new_order_land_on_the_right_series():
     assert latest(store, names.GPU_MEMORY_LIMIT.name) == [(8, A)]
     # a series that lives on keeps its key object (the exposition caches label text by it)
     assert {id(k) for k in store.latest(names.GPU_MEMORY_USAGE.name)[1]} == {id(k) for k in keys_before}
+
+
+def test_a_nan_leaves_the_window_mean_when_it_leaves_the_window():
+    store = Store(window_s=2)
+    for t, v in enumerate([float("nan"), 0.5, 0.5, 0.5, 0.5]):
+        store.put("nvml", [Reading(names.GPU_UTILIZATION, v, A)], now=float(t))
+        (mean,), _, _, _ = store.window(names.GPU_UTILIZATION.name, now=float(t))
+        assert (mean != mean) == (t <= 2)   # NaN while the NaN sample is inside the 2-s window
+    assert store.columns(4.0)[names.GPU_UTILIZATION.name][0] == [0.5]
