@@ -99,12 +99,12 @@ FS_UTILIZATION = _g("system.filesystem.utilization", "1", "Fraction of the files
 
 # ---- host --------------------------------------------------------------------
 CPU_UTILIZATION = _g("system.cpu.utilization", "1", "Share of all CPUs' time per mode (user, system, iowait, idle ...)", (CPU_MODE,), "host", windowed=True)
-CPU_COUNT = _g("system.cpu.logical.count", "{cpu}", "Logical CPUs", (), "host", kind="updowncounter")
+CPU_COUNT = _g("system.cpu.logical.count", "{cpu}", "Logical CPUs (read every 10 s)", (), "host", kind="updowncounter")
 MEMORY_USAGE = _g("system.memory.usage", "By", "Memory per state (used, free, cached, buffered)", (MEMORY_STATE,), "host", kind="updowncounter")
 MEMORY_LIMIT = _g("system.memory.limit", "By", "Total memory", (), "host", kind="updowncounter")
 MEMORY_UTILIZATION = _g("system.memory.utilization", "1", "Fraction of memory used", (), "host", windowed=True, companions=False)
-PAGING_USAGE = _g("system.paging.usage", "By", "Swap used / free", (PAGING_STATE,), "host", kind="updowncounter")
-PAGING_OPERATIONS = _g("system.paging.operations", "{operation}", "Pages swapped in/out", (PAGING_DIRECTION,), "host", kind="counter")
+PAGING_USAGE = _g("system.paging.usage", "By", "Swap used / free (read every 10 s)", (PAGING_STATE,), "host", kind="updowncounter")
+PAGING_OPERATIONS = _g("system.paging.operations", "{operation}", "Pages swapped in/out (read every 10 s)", (PAGING_DIRECTION,), "host", kind="counter")
 LOAD_1M = _g("system.cpu.load_average.1m", "{run_queue_item}", "1-minute load average", (), "host")
 
 # ---- training processes -------------------------------------------------------

@@ -5,7 +5,8 @@ Nothing here blocks: CPU utilization is computed from the difference of two
 """
 from __future__ import annotations
 
-from typing import Any
+import time
+from typing import Any, Callable
 
 import psutil
 
@@ -14,6 +15,7 @@ from ..readings import Reading, SourceError
 
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 SWAP_PAGE = 4096  # psutil reports swap-in/out as pages * 4096 bytes on Linux
+SLOW_READ_S = 10.0  # seconds between reads of swap (/proc/vmstat: 2/3 of a read's cost) and the CPU count
 
 
 # ---- pure computations --------------------------------------------------------------
@@ -58,12 +60,22 @@ class HostSource:
 
     name = "host"
 
-    def __init__(self, psutil_module: Any = psutil):
+    def __init__(self, psutil_module: Any = psutil, clock: Callable[[], float] = time.monotonic):
         self.ps = psutil_module
+        self.clock = clock
         self.partial_errors = 0
         self._prev_cpu: dict[str, float] | None = None
         self._failed: dict[str, str] = {}
         self._last: dict[str, Any] = {}
+        self._slow: dict[str, tuple[float, Any]] = {}   # what -> (read at, value)
+
+    def _slow_part(self, what: str, fn):
+        """`_part`, but answered from the last read for SLOW_READ_S seconds (slow-moving values)."""
+        now = self.clock()
+        cached = self._slow.get(what)
+        if cached is None or now - cached[0] >= SLOW_READ_S:
+            cached = self._slow[what] = (now, self._part(what, fn))
+        return cached[1]
 
     def _cpu_times(self) -> dict[str, float]:
         t = self.ps.cpu_times()
@@ -94,7 +106,7 @@ class HostSource:
         return self._rest(out)
 
     def _rest(self, out: list[Reading]) -> list[Reading]:
-        count = self._part("cpu_count", lambda: self.ps.cpu_count(logical=True))
+        count = self._slow_part("cpu_count", lambda: self.ps.cpu_count(logical=True))
         if count:
             out.append(Reading(names.CPU_COUNT, float(count)))
         vm = self._part("virtual_memory", self.ps.virtual_memory)
@@ -103,7 +115,7 @@ class HostSource:
             out.append(Reading(names.MEMORY_LIMIT, float(vm.total)))
             out.append(Reading(names.MEMORY_UTILIZATION, memory_utilization(vm)))
             self._last["memory_total"] = int(vm.total)
-        sw = self._part("swap_memory", self.ps.swap_memory)
+        sw = self._slow_part("swap_memory", self.ps.swap_memory)
         if sw is not None:
             out.append(Reading(names.PAGING_USAGE, float(sw.used), {names.PAGING_STATE: "used"}))
             out.append(Reading(names.PAGING_USAGE, float(sw.free), {names.PAGING_STATE: "free"}))

@@ -23,8 +23,10 @@ class FakePsutil:
     def __init__(self, times, fail=()):
         self.times = list(times)
         self.fail = set(fail)
+        self.calls = {}
 
     def _check(self, what):
+        self.calls[what] = self.calls.get(what, 0) + 1
         if what in self.fail:
             raise OSError(2, f"{what} unavailable")
 
@@ -125,3 +127,14 @@ def test_real_machine_does_not_block():
     assert one(out, names.LOAD_1M) >= 0
     print(f"host read: {elapsed * 1e3:.2f} ms, {len(out)} readings")
     assert elapsed < 0.020
+
+
+def test_swap_and_cpu_count_are_read_every_10_s_and_repeated_in_between():
+    ps, t = FakePsutil([ct(user=i, idle=i) for i in range(1, 5)]), [0.0]
+    src = HostSource(ps, clock=lambda: t[0])
+    for t[0] in (0.0, 1.0, 9.9, 10.0):
+        out = src.read()
+        assert one(out, names.PAGING_USAGE, **{names.PAGING_STATE: "used"}) == 100
+        assert one(out, names.CPU_COUNT) == 8
+    assert ps.calls["swap_memory"] == ps.calls["cpu_count"] == 2   # at 0 s and 10 s
+    assert ps.calls["virtual_memory"] == ps.calls["cpu_times"] == 4
