@@ -447,7 +447,7 @@ class FakeNvml:
                   "NVML_GPM_METRIC_ANY_TENSOR_UTIL": sm * 0.6, "NVML_GPM_METRIC_DRAM_BW_UTIL": 100 * u * 0.4,
                   "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC": nvl, "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC": nvl * 1.02,
                   "NVML_GPM_METRIC_PCIE_TX_PER_SEC": 9 + 150 * u, "NVML_GPM_METRIC_PCIE_RX_PER_SEC": 19 + 240 * u}
-        by_id = {getattr(pynvml, n): v for n, v in values.items()}
+        by_id = {_GPM_IDS[n]: v for n, v in values.items()}
         for k in range(req.numMetrics):
             m = req.metrics[k]
             if m.metricId in by_id:
@@ -455,6 +455,12 @@ class FakeNvml:
             else:
                 m.nvmlReturn, m.value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0
         return req
+
+
+_GPM_IDS = {n: getattr(pynvml, n) for n in (
+    "NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY", "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
+    "NVML_GPM_METRIC_DRAM_BW_UTIL", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC",
+    "NVML_GPM_METRIC_PCIE_TX_PER_SEC", "NVML_GPM_METRIC_PCIE_RX_PER_SEC")}
 
 
 def fake_cluster_node(n: int = 8, arch: str = "hopper", **kw) -> FakeNvml:
