@@ -70,7 +70,9 @@ class Reading(NamedTuple):
     """One observed value of `spec` with its attributes (all values strings).
 
     A named tuple: sources make hundreds a second, and it builds in a third of a
-    frozen dataclass's time.
+    frozen dataclass's time. Sources may share one attributes dict between readings
+    and rounds (the store then files a reading by identity), so a dict handed out in
+    a reading is never mutated afterwards.
     """
 
     spec: MetricSpec

@@ -24,7 +24,10 @@ CONFIG = {
 def main(steps: int, ckpt_dir: str, explicit: bool):
     deepspeed.init_distributed(dist_backend="gloo")
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    # 8 hidden layers: every forward fetches each layer's partitioned parameters (ZeRO-3), so
+    # fetch_sub_module holds a real share of the forward for a 50 Hz profile to sample surely
+    hidden = [m for _ in range(8) for m in (torch.nn.Linear(64, 64), torch.nn.ReLU())]
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), *hidden, torch.nn.Linear(64, 4))
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=CONFIG)
     if explicit:
         from otel_gpu.training import deepspeed as ds_telemetry

@@ -69,7 +69,7 @@ def test_lightning(victoriametrics, tmp_path):
 def test_deepspeed_zero3_two_ranks_under_otel_gpu_run(victoriametrics, tmp_path):
     """The seed case: ZeRO-3, 2 ranks (gloo), flame graph waits in fetch_sub_module / ipg reduce."""
     pytest.importorskip("deepspeed", reason="deepspeed not installed (otel-gpu[train])")
-    vm, job, steps = victoriametrics, unique_job("zero3"), 30   # enough forward time for 50 Hz to sample the fetches
+    vm, job, steps = victoriametrics, unique_job("zero3"), 40   # with 8 layers: ~10+ samples of fetches per rank at 50 Hz
     from servers import free_port
 
     with Receiver() as rx:
