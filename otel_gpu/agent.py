@@ -153,16 +153,20 @@ class Exported:
 
     def _agent_health(self, spec: MetricSpec) -> Values:
         s = self._sampler
-        value = {names.EXPORT_FAILURES: self._export_failures, names.SAMPLES: lambda: s.rounds,
-                 names.SAMPLE_LAG: lambda: s.overruns}[spec]()
+        if spec.name == names.EXPORT_FAILURES.name:
+            value = self._export_failures()
+        else:
+            value = s.rounds if spec.name == names.SAMPLES.name else s.overruns
         return [value], ((),)
 
     def _source_health(self, spec: MetricSpec) -> Values:
-        values = []
-        for src in self._sampler.sources:
-            h = self._sampler.health[src.name]
-            values.append({names.SOURCE_UP: float(h.up), names.SOURCE_DURATION: h.duration_s,
-                           names.SOURCE_ERRORS: h.errors + getattr(src, "partial_errors", 0)}[spec])
+        health = self._sampler.health
+        if spec.name == names.SOURCE_UP.name:
+            values = [float(health[src.name].up) for src in self._sampler.sources]
+        elif spec.name == names.SOURCE_DURATION.name:
+            values = [health[src.name].duration_s for src in self._sampler.sources]
+        else:
+            values = [health[src.name].errors + getattr(src, "partial_errors", 0) for src in self._sampler.sources]
         return values, self._source_keys
 
 

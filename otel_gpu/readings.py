@@ -49,6 +49,9 @@ class MetricSpec:
     companions: bool = True
     buckets: tuple[float, ...] = ()
 
+    def __hash__(self) -> int:
+        return hash(self.name)   # names are unique; the generated hash walked every field each time
+
     def prometheus_name(self, *, unit_suffix: bool = True) -> str:
         """The Prometheus form per the OTLP translation (`hw.power` W -> `hw_power_watts`).
 
