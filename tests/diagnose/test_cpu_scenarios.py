@@ -3,7 +3,6 @@ diagnosed from there; each run measures its own truth."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -14,20 +13,13 @@ import pytest
 
 from otel_gpu.diagnose import diagnose
 from otel_gpu.promql import PromClient
+from tests.childenv import clean_env
 from tests.servers import free_port
 
 pytest.importorskip("torch", reason="torch not installed (pip install 'otel-gpu[train]')")
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("cpu_train.py")
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OTEL_", "OTELGPU_", "SLURM_", "TORCHELASTIC_", "MASTER_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    env.update(extra)
-    return env
 
 
 def train(vm, tmp_path: Path, *args: str, world: int = 1, agent: bool = False) -> tuple[str, list[dict], float, float]:

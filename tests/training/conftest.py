@@ -1,7 +1,6 @@
 """Helpers for training tests: run a real training process with telemetry, read it back."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -14,19 +13,16 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(REPO / "tests"))
 
+import childenv  # noqa: E402
+
 
 def unique_job(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    """The test process's environment without launcher/OTel variables, plus `extra`."""
-    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OTEL_", "OTELGPU_", "SLURM_", "TORCHELASTIC_", "MASTER_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    env["OTEL_METRIC_EXPORT_INTERVAL"] = "1000"
-    env.update(extra)
-    return env
+    """`childenv.clean_env` with metrics exported every second (`extra` wins)."""
+    return childenv.clean_env(**{"OTEL_METRIC_EXPORT_INTERVAL": "1000", **extra})
 
 
 def run_py(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:

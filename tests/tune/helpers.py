@@ -1,12 +1,13 @@
 """Shared bits of the tuner tests: paths, a clean environment, a VictoriaMetrics flusher."""
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.childenv import clean_env  # noqa: F401  (re-exported to the tune tests)
 
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -15,15 +16,6 @@ FAKE = HERE / "fake_train.py"
 EXAMPLE = REPO / "examples" / "tune" / "train_zero3.py"
 Z3 = DATA / "llamafactory_ds_z3_config.json"
 CLI = [sys.executable, "-m", "otel_gpu"]
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without launcher/OTel variables; the repo on PYTHONPATH."""
-    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "OTEL_", "OTELGPU_", "SLURM_", "TORCHELASTIC_", "MASTER_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
-    env.update(extra)
-    return env
 
 
 def copy_base(tmp_path: Path, source: Path = Z3) -> Path:
