@@ -67,7 +67,7 @@ class Store:
         self._lock = threading.Lock()
         self._series: dict[str, dict[Attrs, _Cell]] = {}
         self._slots: dict[str, list[_Slot]] = {}   # per source, in the order of its last put
-        self._windowed: dict[str, str] = {}         # name -> "" | "mean" | "mean, min, max"
+        self._specs: dict[str, MetricSpec] = {}    # name -> its spec (windowed? companions?)
         self._serial = 0          # bumped by every put: invalidates the columns cache
         self._columns: tuple[int, float, dict] | None = None
 
@@ -100,7 +100,7 @@ class Store:
         series = self._series.get(spec.name)
         if series is None:
             series = self._series[spec.name] = {}
-            self._windowed[spec.name] = "" if not spec.windowed else ("mean, min, max" if spec.companions else "mean")
+            self._specs[spec.name] = spec
         key = attrs_key(attrs)
         cell = series.get(key)
         if cell is None:
@@ -110,17 +110,6 @@ class Store:
     def forget(self, source: str) -> None:
         """Drop every series of `source` (it failed as a whole)."""
         self.put(source, (), 0.0)
-
-    def latest(self, name: str) -> tuple[list[float], tuple[Attrs, ...]]:
-        """(values, keys) of every series of `name`, as two columns in the same order."""
-        with self._lock:
-            series = self._series.get(name, {})
-            return [cell.value for cell in series.values()], tuple(series)
-
-    def window(self, name: str, now: float) -> tuple[list[float], list[float], list[float], tuple[Attrs, ...]]:
-        """(means, mins, maxs, keys) over samples of the last `window_s` seconds, as columns."""
-        with self._lock:
-            return self._window_columns(self._series.get(name, {}), now - self.window_s, extremes=True)
 
     def columns(self, now: float) -> dict[str, tuple]:
         """Every name's export columns in one pass, cached until the next put (the mean, min
@@ -132,9 +121,9 @@ class Store:
                 return cached[2]
             oldest, out = now - self.window_s, {}
             for name, series in self._series.items():
-                windowed = self._windowed[name]
-                if windowed:
-                    out[name] = self._window_columns(series, oldest, extremes=windowed == "mean, min, max")
+                spec = self._specs[name]
+                if spec.windowed:
+                    out[name] = self._window_columns(series, oldest, extremes=spec.companions)
                 else:
                     out[name] = ([cell.value for cell in series.values()], tuple(series))
             self._columns = (self._serial, now, out)

@@ -8,7 +8,7 @@ B = {names.HW_ID: "GPU-b"}
 
 def latest(store, name):
     """[(value, attributes dict)] of `name`, from the store's (values, keys) columns."""
-    values, keys = store.latest(name)
+    values, keys = store.columns(now=0.0)[name]
     return [(v, dict(k)) for v, k in zip(values, keys)]
 
 
@@ -16,7 +16,7 @@ def test_window_keeps_a_short_stall_visible():
     store = Store(window_s=10)
     for t, v in enumerate([0.9, 0.9, 0.0, 0.9, 0.9]):   # one 1-s stall in a 10-s window
         store.put("nvml", [Reading(names.GPU_UTILIZATION, v, A)], now=float(t))
-    (mean,), (lo,), (hi,), (key,) = store.window(names.GPU_UTILIZATION.name, now=4.0)
+    (mean,), (lo,), (hi,), (key,) = store.columns(now=4.0)[names.GPU_UTILIZATION.name]
     assert lo == 0.0 and hi == 0.9
     assert abs(mean - 0.72) < 1e-9
     assert dict(key) == A
@@ -26,10 +26,10 @@ def test_window_drops_samples_older_than_the_window():
     store = Store(window_s=2)
     for t, v in enumerate([0.0, 1.0, 1.0, 1.0]):
         store.put("nvml", [Reading(names.GPU_UTILIZATION, v, A)], now=float(t))
-    (mean,), (lo,), (hi,), _ = store.window(names.GPU_UTILIZATION.name, now=3.0)
+    (mean,), (lo,), (hi,), _ = store.columns(now=3.0)[names.GPU_UTILIZATION.name]
     assert (mean, lo, hi) == (1.0, 1.0, 1.0)
     # a source that stopped reporting 5 s ago has nothing left in its window
-    assert store.window(names.GPU_UTILIZATION.name, now=8.0) == ([], [], [], ())
+    assert store.columns(now=8.0)[names.GPU_UTILIZATION.name] == ([], [], [], ())
 
 
 def test_series_a_source_stops_reporting_disappear():
@@ -56,19 +56,19 @@ def test_reused_attribute_objects_in_a_new_order_land_on_the_right_series():
     store = Store(window_s=5)
     store.put("nvml", [Reading(names.GPU_MEMORY_USAGE, 1, A), Reading(names.GPU_MEMORY_LIMIT, 9, A),
                        Reading(names.GPU_MEMORY_USAGE, 2, B)], now=0)
-    keys_before = store.latest(names.GPU_MEMORY_USAGE.name)[1]
+    keys_before = store.columns(now=0.0)[names.GPU_MEMORY_USAGE.name][1]
     store.put("nvml", [Reading(names.GPU_MEMORY_USAGE, 4, B), Reading(names.GPU_MEMORY_USAGE, 3, dict(A)),
                        Reading(names.GPU_MEMORY_LIMIT, 8, A)], now=1)
     assert sorted(latest(store, names.GPU_MEMORY_USAGE.name), key=str) == [(3, A), (4, B)]
     assert latest(store, names.GPU_MEMORY_LIMIT.name) == [(8, A)]
     # a series that lives on keeps its key object (the exposition caches label text by it)
-    assert {id(k) for k in store.latest(names.GPU_MEMORY_USAGE.name)[1]} == {id(k) for k in keys_before}
+    assert {id(k) for k in store.columns(now=0.0)[names.GPU_MEMORY_USAGE.name][1]} == {id(k) for k in keys_before}
 
 
 def test_a_nan_leaves_the_window_mean_when_it_leaves_the_window():
     store = Store(window_s=2)
     for t, v in enumerate([float("nan"), 0.5, 0.5, 0.5, 0.5]):
         store.put("nvml", [Reading(names.GPU_UTILIZATION, v, A)], now=float(t))
-        (mean,), _, _, _ = store.window(names.GPU_UTILIZATION.name, now=float(t))
+        (mean,), _, _, _ = store.columns(now=float(t))[names.GPU_UTILIZATION.name]
         assert (mean != mean) == (t <= 2)   # NaN while the NaN sample is inside the 2-s window
     assert store.columns(4.0)[names.GPU_UTILIZATION.name][0] == [0.5]
