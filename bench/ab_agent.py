@@ -1,0 +1,83 @@
+"""A/B of the agent's CPU: a base revision and the working tree, side by side in one run.
+
+Both agents (8 fake GPUs, every host source, sampling every --interval s) start together and
+are scraped together over one kept-alive connection each, at the sampling interval; their
+utime+stime comes from /proc. The base revision is checked out into a temporary git worktree.
+
+    python bench/ab_agent.py --base HEAD~1 [--duration 120] [--interval 1]
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_agent import cpu_seconds  # noqa: E402
+from tests.servers import free_port, wait_until  # noqa: E402
+
+
+def start(tree: Path, port: int, interval: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", "--fake-gpus", "8",
+                             "--interval", str(interval), "--prometheus-port", str(port)],
+                            cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def serving(port: int) -> bool:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        conn.request("GET", "/metrics")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+
+
+def scrape(ports: list[int], interval: float, stop: threading.Event) -> None:
+    conns = [http.client.HTTPConnection("127.0.0.1", p, timeout=10) for p in ports]
+    while not stop.wait(interval):
+        for conn in conns:
+            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})   # as Prometheus asks
+            conn.getresponse().read()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--base", required=True, help="git revision to compare the working tree with")
+    p.add_argument("--duration", type=float, default=120.0, help="seconds measured")
+    p.add_argument("--interval", type=float, default=1.0, help="sampling and scrape interval, seconds")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="ab-agent-") as tmp:
+        base = Path(tmp) / "base"
+        subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT, check=True,
+                       capture_output=True)
+        ports = [free_port(), free_port()]
+        procs = [start(base, ports[0], args.interval), start(ROOT, ports[1], args.interval)]
+        stop = threading.Event()
+        try:
+            for port in ports:
+                wait_until(lambda: serving(port), 60, f"agent on port {port}")
+            threading.Thread(target=scrape, args=(ports, args.interval, stop), daemon=True).start()
+            time.sleep(3)   # warm: first scrapes served, GPM has two samples
+            before = [cpu_seconds(proc.pid) for proc in procs]
+            time.sleep(args.duration)
+            used = [cpu_seconds(proc.pid) - b for proc, b in zip(procs, before)]
+        finally:
+            stop.set()
+            for proc in procs:
+                proc.terminate()
+                proc.wait(10)
+            subprocess.run(["git", "worktree", "remove", "--force", str(base)], cwd=ROOT, capture_output=True)
+    print(f"{args.duration:g} s at {args.interval:g} s: base {args.base} {used[0]:.2f} CPU-s, "
+          f"working tree {used[1]:.2f} CPU-s, ratio tree/base {used[1] / max(used[0], 1e-9):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
