@@ -54,7 +54,7 @@ class Renderer:
     def __init__(self, families, point_attrs: Mapping[str, str], resource: Mapping[str, str]):
         self._families = families
         self._point = tuple(sorted(point_attrs.items()))
-        self._templates: dict[str, tuple] = {}   # family -> (series keys, %-template, meta, series texts)
+        self._templates: dict[str, list] = {}   # family -> [keys, %-template, meta, series texts, last values, last text]
         self._companions = {c.name for spec, _ in families if spec.windowed for c in names.windowed_companions(spec)}
         info = ",".join(f'{label_name(k)}="{_escape(str(v))}"' for k, v in sorted(resource.items()))
         self._header = ("# HELP target_info Target metadata\n# TYPE target_info gauge\n"
@@ -82,12 +82,15 @@ class Renderer:
                 fmt = value_format(spec, spec.windowed or spec.name in self._companions)
                 series = [self._series(name, k) for k in keys]
                 template = meta.replace("%", "%%") + "".join(f"{s.replace('%', '%%')} {fmt}\n" for s in series)
-                cached = self._templates[spec.name] = (keys, template, meta, series)
+                cached = self._templates[spec.name] = [keys, template, meta, series, None, ""]
             numbers = tuple(map(float, numbers))   # float(): ints, bools, numpy scalars
-            if all(map(isfinite, numbers)):
-                parts.append(cached[1] % numbers)
-            else:   # Prometheus spells them NaN, +Inf, -Inf
-                parts.append(cached[2] + "".join(f"{s} {_prometheus_float(v)}\n" for s, v in zip(cached[3], numbers)))
+            if numbers != cached[4]:   # limits, error counts, clock events: mostly unchanged
+                if all(map(isfinite, numbers)):
+                    text = cached[1] % numbers
+                else:   # Prometheus spells them NaN, +Inf, -Inf
+                    text = cached[2] + "".join(f"{s} {_prometheus_float(v)}\n" for s, v in zip(cached[3], numbers))
+                cached[4:] = numbers, text
+            parts.append(cached[5])
         return "".join(parts).encode()
 
 
