@@ -22,7 +22,7 @@ class AgentRuntime:
         self.node = node
         window_s = max(config.interval_s, config.otlp.interval_s)
         self.store = Store(window_s=window_s)
-        self.sampler = Sampler(node.sources, self.store, config.interval_s, lanes=node.lanes)
+        self.sampler = Sampler(node.sources, self.store, config.interval_s)
         resource = merged_resource({**resource_attributes(env), "service.name": "otel-gpu-agent"})
         point = point_attributes(resource.attributes)
         self.exporter = otlp_exporter(config.otlp) if config.otlp.endpoint else None

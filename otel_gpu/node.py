@@ -23,7 +23,6 @@ class Node:
     sources: list[Source]
     notes: list[str] = field(default_factory=list)   # one line each: what is off and why
     gpu: Source | None = None
-    lanes: list[list[Source]] = field(default_factory=list)   # sampler threads (see agent.Sampler)
 
     def close(self) -> None:
         for s in self.sources:
@@ -74,8 +73,4 @@ def build_node(config: NodeConfig) -> Node:
         return pids
 
     node.sources.append(ProcessSource(training_pids, proc_root=config.proc_root))
-    # lanes: NVML can hang on a lost GPU and statvfs on a network filesystem (the checkpoint
-    # directory), so each gets a thread; the procfs/sysfs reads share one
-    alone = [s for s in (node.gpu, disk if config.checkpoint_dirs else None) if s is not None]
-    node.lanes = [[s] for s in alone] + [[s for s in node.sources if s not in alone]]
     return node
