@@ -20,6 +20,7 @@ from . import names
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_MAX_HEADERS, _MAX_LINE = 100, 65537
 _TYPES = {"gauge": "gauge", "updowncounter": "gauge", "counter": "counter"}
 
 
@@ -105,6 +106,30 @@ class ScrapeEndpoint:
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"   # keep-alive: a scraper reuses one connection and thread
             timeout = 300                   # seconds an idle connection may hold its thread
+
+            def parse_request(self):
+                """The request line and the Connection header, without the email package's
+                header parser (a third of a scrape's HTTP cost); other headers are ignored."""
+                self.command = None   # until the request line parses
+                self.requestline = self.raw_requestline.decode("iso-8859-1").rstrip("\r\n")
+                words = self.requestline.split()
+                if len(words) != 3 or not words[2].startswith("HTTP/1."):
+                    self.request_version = "HTTP/1.0"   # answer in the oldest dialect, then close
+                    self.send_error(400, "Bad request line")
+                    return False
+                self.command, self.path, self.request_version = words
+                self.close_connection = words[2] == "HTTP/1.0"
+                for _ in range(_MAX_HEADERS):
+                    line = self.rfile.readline(_MAX_LINE)
+                    if line in (b"\r\n", b"\n", b""):
+                        return True
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"connection":
+                        token = value.strip().lower()
+                        if token in (b"close", b"keep-alive"):
+                            self.close_connection = token == b"close"
+                self.send_error(431, "Too many headers")
+                return False
 
             def do_GET(self):
                 if self.path.split("?")[0] not in ("/metrics", "/"):

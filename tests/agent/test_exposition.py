@@ -88,3 +88,41 @@ def test_the_endpoint_keeps_the_connection_alive_and_answers_404_elsewhere():
         assert conn.getresponse().status == 404
     finally:
         endpoint.close()
+
+
+def _exchange(port: int, request: bytes) -> tuple[bytes, bool]:
+    """(response bytes, whether the server closed the connection after it)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(request)
+        s.settimeout(0.5)
+        out = b""
+        try:
+            while chunk := s.recv(65536):
+                out += chunk
+        except TimeoutError:
+            return out, False
+        return out, True
+
+
+@pytest.mark.parametrize("request_bytes, status, closed", [
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\n\r\n", b"200", False),
+    (b"GET /metrics HTTP/1.1\r\nHost: a\r\nConnection: Close\r\n\r\n", b"200", True),
+    (b"GET /metrics HTTP/1.0\r\n\r\n", b"200", True),
+    (b"GET /metrics HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", b"200", False),
+    (b"hello\r\n\r\n", b"400", True),
+    (b"GET /metrics HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", b"431", True),
+])
+def test_the_request_parser_honours_connection_and_rejects_bad_requests(request_bytes, status, closed):
+    from otel_gpu.exposition import ScrapeEndpoint
+
+    endpoint = ScrapeEndpoint(lambda: b"x 1.0\n", 0)
+    try:
+        response, was_closed = _exchange(endpoint.port, request_bytes)
+        assert response.split(b" ", 2)[1] == status, response[:80]
+        assert was_closed == closed
+        if status == b"200":
+            assert response.endswith(b"\r\n\r\nx 1.0\n")
+    finally:
+        endpoint.close()
