@@ -6,12 +6,13 @@ like-for-like peer of node_exporter) and Debian's node_exporter (cpu, meminfo, d
 netdev collectors only) run at the same time for DURATION seconds, all scraped by the
 same Prometheus at that interval. CPU seconds and peak RSS come from /proc/<pid>.
 
-    python bench/bench_agent.py [--duration 60] [--intervals 1,0.1]
+    python bench/bench_agent.py [--duration 60] [--intervals 1,0.1] [--repeat 3]
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -102,6 +103,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--duration", type=float, default=60.0, help="seconds measured per interval")
     p.add_argument("--intervals", default="1,0.1", help="sampling/scrape intervals, seconds")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs per interval; with more than one, a last row gives the median ratios")
     args = p.parse_args()
     from rich.console import Console
     from rich.table import Table
@@ -111,12 +114,21 @@ def main() -> int:
         table.add_column(col)
     with tempfile.TemporaryDirectory() as tmp:
         for interval in (float(x) for x in args.intervals.split(",")):
-            r = measure(interval, args.duration, Path(tmp))
-            peer = max(r["node_exporter"]["cpu_s"], 1e-9)
-            for name, m in r.items():
-                ratio = "" if name == "node_exporter" else f"{m['cpu_s'] / peer:.2f}"
-                table.add_row(f"{interval:g} s", name, f"{m['cpu_s']:.2f}", f"{m['cpu_pct_core']:.2f}",
-                              f"{m['peak_rss_mb']:.1f}", f"{m['scrapes']:.0f}", ratio)
+            ratios: dict[str, list[float]] = {}
+            for run in range(args.repeat):
+                r = measure(interval, args.duration, Path(tmp) / f"run{run}")
+                peer = max(r["node_exporter"]["cpu_s"], 1e-9)
+                for name, m in r.items():
+                    ratio = ""
+                    if name != "node_exporter":
+                        ratios.setdefault(name, []).append(m["cpu_s"] / peer)
+                        ratio = f"{m['cpu_s'] / peer:.2f}"
+                    table.add_row(f"{interval:g} s", name, f"{m['cpu_s']:.2f}", f"{m['cpu_pct_core']:.2f}",
+                                  f"{m['peak_rss_mb']:.1f}", f"{m['scrapes']:.0f}", ratio)
+            if args.repeat > 1:
+                for name, values in ratios.items():
+                    table.add_row(f"{interval:g} s", f"{name}: median of {args.repeat}", "", "", "", "",
+                                  f"{statistics.median(values):.2f} ({', '.join(f'{v:.2f}' for v in values)})")
     Console(width=150).print(table)
     return 0
 

@@ -42,12 +42,6 @@ class _Cell:
         self.values: deque | None = deque() if windowed else None
         self.total = 0.0
 
-    def add(self, t: float, value: float, oldest: float) -> None:
-        self.times.append(t)
-        self.values.append(value)
-        self.total += value
-        self.trim(oldest)
-
     def trim(self, oldest: float) -> None:
         times, values = self.times, self.values
         while times and times[0] < oldest:
@@ -85,9 +79,15 @@ class Store:
                 else:
                     slot = self._slot(spec, attrs)
                 cell = slot[3]
-                cell.value, cell.serial = r.value, serial
-                if cell.times is not None:
-                    cell.add(now, r.value, oldest)
+                value = cell.value = r.value
+                cell.serial = serial
+                times = cell.times
+                if times is not None:   # windowed: _Cell.add, inlined (the hottest loop of a round)
+                    times.append(now)
+                    cell.values.append(value)
+                    cell.total += value
+                    if times[0] < oldest:
+                        cell.trim(oldest)
                 slots.append(slot)
             for spec, _, key, cell in prev:
                 if cell.serial != serial:   # not reported this time: gone
