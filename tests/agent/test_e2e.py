@@ -143,3 +143,43 @@ def test_a_reading_is_visible_within_two_export_intervals(victoriametrics):
         assert latency <= 2 * export_s, latency
     finally:
         runtime.shutdown()
+
+
+def test_otlp_over_grpc_every_family_then_the_receiver_goes_away(node_args, expected_names):
+    """OTLP/gRPC into a real gRPC receiver; once it is gone the agent counts failed exports,
+    keeps serving, and still stops within 5 s."""
+    import httpx
+
+    from .otlp_grpc import GrpcReceiver
+
+    receiver = GrpcReceiver()
+    port = free_port()
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+           "OTEL_METRIC_EXPORT_INTERVAL": "1000", "OTEL_EXPORTER_OTLP_TIMEOUT": "1000",
+           "OTEL_RESOURCE_ATTRIBUTES": "otelgpu.job=grpc-job"}
+    proc = start_agent([*node_args, "--prometheus-port", str(port)], env)
+    try:
+        wait_until(lambda: expected_names <= receiver.metric_names(), 30, "every family over gRPC")
+        sm = receiver.points("otelgpu.gpu.sm.activity")
+        last = {attrs["hw.id"]: (resource, attrs, v) for resource, attrs, v in sm}
+        assert len(last) == 8 and all(0 <= v <= 1 for _, _, v in last.values())
+        resource, attrs, _ = next(iter(last.values()))
+        assert resource["otelgpu.job"] == "grpc-job" and resource["service.instance.id"]
+        assert attrs["host.name"] == resource["host.name"]
+
+        receiver.stop()   # the backend goes away: exports fail, sampling and scraping go on
+
+        def failures() -> float:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+            line = next(x for x in text.splitlines() if x.startswith("otelgpu_agent_export_failures_total"))
+            return float(line.rsplit(" ", 1)[1])
+
+        wait_until(lambda: failures() >= 2, 20, "failed gRPC exports counted")
+        assert proc.poll() is None
+        started = time.monotonic()
+        stop_agent(proc)
+        assert time.monotonic() - started < 5
+    finally:
+        receiver.stop()
+        if proc.poll() is None:
+            proc.kill()
