@@ -109,12 +109,12 @@ class ScrapeEndpoint:
 
             def parse_request(self):
                 """The request line and the Connection header, without the email package's
-                header parser (a third of a scrape's HTTP cost); other headers are ignored."""
+                general header parser: a scrape needs nothing else, other headers are skipped."""
                 self.command = None   # until the request line parses
                 self.requestline = self.raw_requestline.decode("iso-8859-1").rstrip("\r\n")
                 words = self.requestline.split()
                 if len(words) != 3 or not words[2].startswith("HTTP/1."):
-                    self.request_version = "HTTP/1.0"   # answer in the oldest dialect, then close
+                    self.request_version = "HTTP/1.0"   # send_error reads it; the error closes the connection
                     self.send_error(400, "Bad request line")
                     return False
                 self.command, self.path, self.request_version = words

@@ -12,7 +12,6 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from otel_gpu.agent import Exported, Instruments, Sampler
 from otel_gpu.export import OtlpSettings, otlp_exporter, periodic_reader
-from otel_gpu.node import NodeConfig, build_node
 from otel_gpu.store import Store
 
 from tests.servers import wait_until
