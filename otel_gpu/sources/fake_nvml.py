@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 import pynvml
@@ -114,6 +114,7 @@ class _Handle:
         self.last_t: float | None = None
         self.util_t, self.util = float("-inf"), 0.0
         self.xids = list(spec.xids)
+        self.destroyed = False   # a MIG device removed by set_mig_devices
 
     def __repr__(self):
         return f"<fake nvmlDevice {self.uuid}>"
@@ -159,11 +160,30 @@ class FakeNvml:
         for i, spec in enumerate(self.gpus):
             uuid = spec.uuid or f"GPU-{i:08x}-fa4e-4e00-8000-{0x5eed0000 + i:012x}"
             h = _Handle(spec, i, uuid, spec.name)
-            h.migs = [_Handle(spec, i, f"MIG-{i:04x}{k:04x}-fa4e-4e00-8000-{0x5eed0000 + i:012x}",
-                              f"{spec.name} MIG {m.profile}", parent=h, mig=m)
-                      for k, m in enumerate(spec.mig_devices)]
+            h.migs = [self._mig_handle(h, k, m) for k, m in enumerate(spec.mig_devices)]
             self._handles.append(h)
         self._event_sets: list[list] = []
+        self._mig_serial = 0
+
+    def _mig_handle(self, gpu: _Handle, k: int, mig: FakeMig, serial: int = 0) -> _Handle:
+        i = gpu.index
+        uuid = f"MIG-{i:04x}{k:04x}-fa4e-4e00-{0x8000 + serial:04x}-{0x5eed0000 + i:012x}"
+        return _Handle(gpu.spec, i, uuid, f"{gpu.spec.name} MIG {mig.profile}", parent=gpu, mig=mig)
+
+    def set_mig_devices(self, index: int, keep: int, new: tuple[FakeMig, ...]) -> None:
+        """What an admin's `nvidia-smi mig` does while the agent runs: GPU `index` keeps its
+        first `keep` MIG devices, the others are destroyed (their handles answer
+        INVALID_ARGUMENT from now on) and `new` ones are created with new UUIDs."""
+        gpu = self._handles[index]
+        kept, gone = gpu.migs[:keep], gpu.migs[keep:]
+        for h in gone:
+            h.destroyed = True
+        self._mig_serial += 1
+        created = [self._mig_handle(gpu, keep + k, m, self._mig_serial) for k, m in enumerate(new)]
+        gpu.spec = replace(gpu.spec, mig_devices=tuple(h.mig for h in kept) + tuple(new))
+        for h in kept + created:
+            h.spec = gpu.spec
+        gpu.migs = kept + created
 
     def __getattr__(self, name):
         if name.startswith(("NVML_", "NVMLError", "nvmlClocks", "nvmlEventType")):
@@ -191,6 +211,8 @@ class FakeNvml:
                 root.xids.append(79)   # "GPU has fallen off the bus"
         if root.lost:
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
+        if h.destroyed:
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         if fn in h.spec.missing_functions:
             raise _err(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
         if fn in h.spec.not_supported:

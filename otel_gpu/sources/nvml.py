@@ -24,6 +24,7 @@ from .procenv import rank_of
 
 KIB = 1024
 PCIE_MIN_INTERVAL_S = 1.0   # seconds between nvmlDeviceGetPcieThroughput calls per device
+MIG_RESCAN_S = 30.0         # seconds between listings of a MIG-mode GPU's MIG devices
 SLOW_READ_S = 10.0          # seconds between reads of the power limit and ECC totals (repeated in between)
 _SKIP = object()
 FIELDS = ("utilization", "memory", "power", "power_limit", "energy", "temperature", "clock_sm", "clock_memory",
@@ -80,6 +81,7 @@ class _Device:
         self.probed = False
         self.mig_mode: str = "unknown"
         self.migs: list[_Device] = []
+        self.migs_listed_at = 0.0   # monotonic s
         self.nvlink = False
         self.gpm: gpm_mod.GpmDevice | None = None
         self.gpm_status = "not probed"
@@ -222,7 +224,7 @@ class NvmlSource:
         enabled = mode is not _SKIP and mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
         dev.mig_mode = "unsupported" if mode is _SKIP else ("enabled" if enabled else "disabled")
         if enabled:
-            self._enumerate_migs(dev)
+            self._enumerate_migs(dev, self._clock())
         links = self._field_values(dev, "nvlink", [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
         dev.nvlink = bool(links and links[0])
         if not dev.nvlink:
@@ -248,19 +250,27 @@ class NvmlSource:
                     dev.gpm_status = f"sample allocation failed ({E.describe_error(err)})"
         dev.probed = True
 
-    def _enumerate_migs(self, dev: _Device) -> None:
+    def _enumerate_migs(self, dev: _Device, now: float) -> None:
+        """List `dev`'s MIG devices; those listed before (same UUID) keep their state."""
         nvml = self._nvml
-        dev.migs = []
+        known = {m.uuid: m for m in dev.migs}
+        migs = []
         count = self._call(dev, "mig_devices", "nvmlDeviceGetMaxMigDeviceCount", dev.handle)
         for i in range(0 if count is _SKIP else count):
             try:
                 h = nvml.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, i)
-                mig = _Device(dev.index, h, _text(nvml.nvmlDeviceGetUUID(h)), _text(nvml.nvmlDeviceGetName(h)), dev)
+                uuid = _text(nvml.nvmlDeviceGetUUID(h))
+                mig = known.get(uuid)
+                if mig is None:
+                    mig = _Device(dev.index, h, uuid, _text(nvml.nvmlDeviceGetName(h)), dev)
+                mig.handle = h
             except pynvml.NVMLError as err:
                 if E.classify(err) == E.LOST:
                     raise _DeviceLost(E.describe_error(err)) from None
                 continue  # NOT_FOUND: no MIG device in this slot
-            dev.migs.append(mig)
+            migs.append(mig)
+        dev.migs = migs
+        dev.migs_listed_at = now
 
     # ---- reading one device ----------------------------------------------------
     def _read_device(self, dev: _Device, now: float, pids: set[int]) -> list[Reading]:
@@ -294,6 +304,8 @@ class NvmlSource:
             add(Reading(N.GPU_ERRORS, float(n), dev.tagged(N.ERROR_TYPE, f"xid_{code}")))
         out.extend(self._pcie(dev, now))
         out.extend(self._nvlink(dev))
+        if dev.mig_mode == "enabled" and now - dev.migs_listed_at >= MIG_RESCAN_S:
+            self._enumerate_migs(dev, now)   # an admin may have created or destroyed MIG devices
         if dev.migs:
             for mig in dev.migs:
                 out.extend(self._memory(mig))

@@ -127,6 +127,34 @@ def test_mig_gpu_reports_memory_per_mig_device_and_no_utilization():
     assert by_gpu(readings[len(readings) // 2:], N.GPU_MEMORY_LIMIT.name)[parent["uuid"]] == 81559 * 2**20
 
 
+def test_mig_devices_created_and_destroyed_while_running_are_followed():
+    from otel_gpu.sources.fake_nvml import FakeMig
+    from otel_gpu.sources.nvml import MIG_RESCAN_S
+
+    clock = StepClock()
+    fake = FakeNvml(gpus=[hopper(mig_devices=H100_MIG)])
+    src = NvmlSource(nvml=fake, clock=clock)
+
+    def mig_memory() -> dict[str, str]:
+        """MIG device UUID -> profile, from this read's memory-limit readings."""
+        return {r.attributes[N.HW_ID]: r.attributes[N.MIG_PROFILE]
+                for r in select(src.read(), N.GPU_MEMORY_LIMIT.name) if N.HW_PARENT in r.attributes}
+
+    before = mig_memory()
+    kept = fake._handles[0].migs[0].uuid
+    assert len(before) == 4 and before[kept] == "3g.40gb"
+    fake.set_mig_devices(0, keep=1, new=(FakeMig("4g.40gb", 40448 * 2**20),))
+
+    clock.t += 1.0   # before the next listing: the destroyed devices fall silent, nothing is made up
+    assert mig_memory() == {kept: "3g.40gb"}
+    clock.t += MIG_RESCAN_S
+    after = mig_memory()
+    (created,) = set(after) - {kept}
+    assert after == {kept: "3g.40gb", created: "4g.40gb"} and created not in before
+    assert [m["profile"] for m in src.describe()["gpus"][0]["mig_devices"]] == ["3g.40gb", "4g.40gb"]
+    assert src.partial_errors == 0   # a destroyed MIG handle is an answer, not a failure
+
+
 @pytest.mark.parametrize("error, expected", [
     (pynvml.NVMLError_DriverNotLoaded, "NVIDIA driver is not loaded"),
     (pynvml.NVMLError_LibraryNotFound, "NVIDIA driver not found (libnvidia-ml.so.1): GPU metrics are off"),
