@@ -62,6 +62,8 @@ class FakeGpu:
     mem_clock_mhz: int = 2619
     temperature_c: tuple[int, int] = (41, 64)     # idle, busy
     load: float = 0.9                             # mean utilization, 0..1
+    sm_share: float = 0.62                        # GPM SM activity per unit of utilization
+    stall: tuple[float, float] | None = None      # (period s, stall s): idle for the last stall s of each period
     nvlinks: int = 18
     pcie_kbps: tuple[float, float] | None = None  # fixed (tx, rx) KB/s, else varying
     clock_event_reasons: int | None = None        # fixed bit mask, else from load and power
@@ -226,6 +228,10 @@ class FakeNvml:
         """Utilization 0..1 around the spec's load, varying with time, per GPU phase."""
         t, load = self._t(), h.spec.load
         if t - h.util_t < 1e-3:   # one value per millisecond: the calls of one read agree
+            return h.util
+        stall = h.spec.stall
+        if stall is not None and t % stall[0] >= stall[0] - stall[1]:
+            h.util_t, h.util = t, 0.02   # stalled: waiting on something else, SMs idle
             return h.util
         wave = 0.08 * math.sin(2 * math.pi * t / 7.0 + h.index) + 0.04 * math.sin(2 * math.pi * t / 1.3 + 2 * h.index)
         h.util_t, h.util = t, min(1.0, max(0.0, load + wave * (1 if load > 0.05 else 0)))
@@ -463,7 +469,7 @@ class FakeNvml:
         h = s2.device
         self._enter("nvmlGpmMetricsGet", h)
         u = self._util(h)
-        sm = 100 * u * 0.62
+        sm = 100 * u * h.spec.sm_share
         nvl = (40e3 * u) if h.spec.nvlinks else 0.0      # MiB/s
         values = {"NVML_GPM_METRIC_SM_UTIL": sm, "NVML_GPM_METRIC_SM_OCCUPANCY": sm * 0.45,
                   "NVML_GPM_METRIC_ANY_TENSOR_UTIL": sm * 0.6, "NVML_GPM_METRIC_DRAM_BW_UTIL": 100 * u * 0.4,

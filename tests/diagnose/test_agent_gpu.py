@@ -1,6 +1,6 @@
-"""GPU rules on series from the real agent (OTLP into VictoriaMetrics): a scripted fake NVML with
-periodic stalls, SMs idle behind utilization and one thermally throttled GPU; the real NVML where a
-GPU exists (`gpu` marker)."""
+"""GPU rules on series from the real agent (OTLP into VictoriaMetrics): fake GPUs scripted with
+periodic stalls, SMs idle behind utilization and one thermal throttle (FakeGpu's `stall`,
+`sm_share`, `clock_event_reasons`); the real NVML where a GPU exists (`gpu` marker)."""
 from __future__ import annotations
 
 import time
@@ -20,28 +20,6 @@ from otel_gpu.sources.nvml import NvmlSource
 
 pytestmark = pytest.mark.slow
 THERMAL = pynvml.nvmlClocksEventReasonHwThermalSlowdown
-
-
-class ScriptedNvml(FakeNvml):
-    """The fake NVML with utilization on a script: busy at `busy`, idle `stall_s` of every `period_s`;
-    GPM SM activity `sm_ratio` of utilization (the plain fake keeps it at 0.62)."""
-
-    def __init__(self, gpus, period_s: float, stall_s: float, sm_ratio: float, busy: float = 0.97):
-        super().__init__(gpus=gpus)
-        self.period_s, self.stall_s, self.sm_ratio, self.busy = period_s, stall_s, sm_ratio, busy
-
-    def stalled(self) -> bool:
-        return self._t() % self.period_s >= self.period_s - self.stall_s
-
-    def _util(self, h) -> float:
-        return 0.02 if self.stalled() else self.busy
-
-    def nvmlGpmMetricsGet(self, req):
-        req = super().nvmlGpmMetricsGet(req)
-        for k in range(req.numMetrics):
-            if req.metrics[k].metricId == pynvml.NVML_GPM_METRIC_SM_UTIL:
-                req.metrics[k].value *= self.sm_ratio / 0.62
-        return req
 
 
 def run_agent(nvml, vm, job: str, seconds: float) -> tuple[float, float]:
@@ -67,8 +45,10 @@ def run_agent(nvml, vm, job: str, seconds: float) -> tuple[float, float]:
 @pytest.fixture(scope="module")
 def scripted(victoriametrics):
     job = f"fake-gpu-{uuid.uuid4().hex[:8]}"
-    gpus = [hopper() for _ in range(7)] + [hopper(clock_event_reasons=THERMAL)]
-    nvml = ScriptedNvml(gpus, period_s=8.0, stall_s=2.5, sm_ratio=0.25)
+    # every GPU busy at 97% with SM activity a quarter of that, idle 2.5 s of every 8 s; GPU 7 throttled
+    scripted = dict(load=0.97, sm_share=0.25, stall=(8.0, 2.5))
+    gpus = [hopper(**scripted) for _ in range(7)] + [hopper(clock_event_reasons=THERMAL, **scripted)]
+    nvml = FakeNvml(gpus=gpus)
     start, end = run_agent(nvml, victoriametrics, job, seconds=42)
     with PromClient(victoriametrics.url) as client:
         return diagnose(client, job, start, end, require_steps=False)

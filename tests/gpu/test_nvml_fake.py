@@ -42,6 +42,24 @@ def test_hopper_has_gpm_with_sm_activity_below_utilization():
         assert 1e6 < r.value < 1e12                               # bytes/s, from MiB/s
 
 
+def test_a_gpu_scripted_to_stall_with_idle_sms_reads_as_scripted():
+    clock = StepClock(t=0.0)
+    scripted = hopper(load=0.97, sm_share=0.25, stall=(8.0, 2.5))   # idle the last 2.5 s of every 8 s
+    src = NvmlSource(nvml=FakeNvml(gpus=[scripted, hopper()], clock=clock), clock=clock)
+    seen = {}
+    for t in (1.0, 2.0, 6.0, 7.0, 9.0):
+        clock.t = t
+        readings = src.read()
+        seen[t] = (by_gpu(readings, N.GPU_UTILIZATION.name), by_gpu(readings, N.GPU_SM_ACTIVITY.name))
+    gpu0, gpu1 = sorted(seen[1.0][0])
+    assert seen[6.0][0][gpu0] == seen[7.0][0][gpu0] == 0.02           # stalled
+    assert seen[2.0][0][gpu0] > 0.85 and seen[9.0][0][gpu0] > 0.85   # busy again in the next period
+    util, sm = seen[2.0]
+    assert sm[gpu0] / util[gpu0] == pytest.approx(0.25, abs=0.02)     # SMs idle behind utilization
+    assert sm[gpu1] / util[gpu1] == pytest.approx(0.62, abs=0.02)     # the default GPU
+    assert min(seen[t][0][gpu1] for t in seen) > 0.7                   # never stalls
+
+
 def test_ampere_has_no_gpm_series_at_all():
     clock = StepClock()
     src = NvmlSource(nvml=FakeNvml(gpus=[a100()] * 8, clock=clock), clock=clock)
