@@ -103,6 +103,30 @@ def test_a_hung_source_gets_a_thread_of_its_own_and_the_others_go_on():
         sampler.stop()
 
 
+def test_a_hung_source_does_not_delay_the_agents_shutdown():
+    import httpx
+
+    from otel_gpu.agent_cli import AgentConfig
+    from otel_gpu.agent_runtime import AgentRuntime
+    from otel_gpu.node import Node, NodeConfig
+    from tests.servers import free_port
+
+    gate = threading.Event()
+    fine, hung = ScriptedSource(name="fine"), ScriptedSource(name="hung", hang=gate)
+    port = free_port()
+    runtime = AgentRuntime(AgentConfig(NodeConfig(), 0.1, OtlpSettings(None, "http/protobuf", 10.0, 10.0),
+                                       port, "127.0.0.1", False), Node(sources=[fine, hung]))
+    runtime.sampler.start()
+    try:
+        wait_until(lambda: hung.reads == 1, 5, "the hung read started")
+        assert "hw_energy_joules_total" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        started = time.monotonic()
+        assert runtime.shutdown() == 0
+        assert time.monotonic() - started < 2.0   # the hung read is abandoned, not waited for
+    finally:
+        gate.set()
+
+
 class _SlowHandler(http.server.BaseHTTPRequestHandler):
     delay_s = 3.0
 
