@@ -147,10 +147,10 @@ class PromClient:
 
     # -- queries
     def query(self, expr: str, time: TimeLike | None = None) -> list[Series]:
-        """Instant query at ``time`` (unix seconds; default: the server's now)."""
-        params = {"query": expr}
-        if time is not None:
-            params["time"] = format_time(time)
+        """Instant query at ``time`` (unix seconds; default: this machine's now, sent explicitly:
+        left to itself VictoriaMetrics answers for its now rounded down to the second, and misses
+        what was written in the last second, such as the final export of a run that just ended)."""
+        params = {"query": expr, "time": format_time(_time.time() if time is None else time)}
         return self._parse(self._call("/api/v1/query", params, query=True), expr)
 
     def query_range(

@@ -206,6 +206,22 @@ def test_shared_httpx_client_is_not_closed(prometheus):
 # -- the same client against VictoriaMetrics --------------------------------------------------------
 
 
+def test_a_sample_written_this_second_is_returned_at_once(victoriametrics):
+    """VictoriaMetrics' own default query time is its now rounded down to the second: the client
+    sends its exact now, so a run's final export is seen as soon as it is flushed."""
+    while not 0.3 <= time.time() % 1 < 0.6:   # well inside a second: rounding down would hide it
+        time.sleep(0.02)
+    written = time.time()
+    line = f'otelgpu_vm_fresh_ratio{{run="{written}"}} 0.25 {int(written * 1000)}\n'
+    assert httpx.post(f"{victoriametrics.url}/api/v1/import/prometheus", content=line, timeout=10).status_code == 204
+    victoriametrics.flush()
+    with PromClient(victoriametrics.url) as c:
+        got = c.query(f'otelgpu_vm_fresh_ratio{{run="{written}"}}')
+    if time.time() - written >= 1:
+        pytest.skip("the flush took over a second: rounding down would not hide the sample any more")
+    assert [s.value for s in got] == [0.25]
+
+
 def test_victoriametrics_same_api(victoriametrics):
     now = int(time.time())
     lines = "".join(f'otelgpu_vm_util_ratio{{gpu="{g}"}} {v} {(now - 2) * 1000}\n' for g, v in (("0", 0.5), ("1", 0.9)))

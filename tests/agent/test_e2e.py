@@ -130,7 +130,7 @@ def test_a_reading_is_visible_within_two_export_intervals(victoriametrics):
 
     def value():
         victoriametrics.flush()
-        got = client.query(query, time.time())
+        got = client.query(query)
         return got[0].value if got else None
 
     runtime.sampler.start()
