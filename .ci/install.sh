@@ -74,8 +74,8 @@ fi
 # torch first and pinned: the CPU wheel of this machine kind; anything else would pull GBs of CUDA
 step "pip: installing torch==2.13.0 (CPU) into $PY"
 "$PY" -m pip install "${pip_args[@]}" torch==2.13.0
-step "pip: installing -e .[test,profile,dashboards,tune,train,trace] into $PY"
-"$PY" -m pip install "${pip_args[@]}" -e '.[test,profile,dashboards,tune,train,trace]'
+step "pip: installing -e .[test,profile,dashboards,tune,train,trace,instrument] into $PY"
+"$PY" -m pip install "${pip_args[@]}" -e '.[test,profile,dashboards,tune,train,trace,instrument]'
 "$PY" -c 'import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith("2.13.0") else f"torch {v} installed, expected 2.13.0")'
 step "pip: done in $(($(now) - t0)) s"
 

@@ -31,6 +31,25 @@ def test_untouched_torch_loop_reports_steps_and_keeps_its_exit_status(victoriame
     assert [s.labels["otelgpu_phase"] for s in phases] == ["optimizer"]
 
 
+@pytest.mark.slow
+def test_opentelemetry_instrument_works_through_the_instrumentor_entry_point(victoriametrics, torch_mod):
+    """`opentelemetry-instrument python train.py`: the same untouched loop, the same steps."""
+    import shutil
+
+    launcher = shutil.which("opentelemetry-instrument")
+    if launcher is None:
+        pytest.skip("opentelemetry-instrument not installed (extra 'instrument'; .ci/install.sh installs it)")
+    vm, job = victoriametrics, unique_job("otel-instrument")
+    proc = subprocess.run([launcher, sys.executable, str(HERE / "untouched_loop.py"), "20", "5"],
+                          env=otlp_env(vm, job), cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 5, proc.stderr
+    assert "finished" in proc.stdout
+    sel = f'otelgpu_job="{job}"'
+    assert query_until(vm, f"otelgpu_train_steps_total{{{sel}}}", 1)[0].value == 19
+    phases = query_until(vm, f"otelgpu_train_phase_time_seconds_total{{{sel}}}", 1)
+    assert [s.labels["otelgpu_phase"] for s in phases] == ["optimizer"]
+
+
 def test_exit_status_of_a_signalled_command_is_128_plus_signal():
     proc = _run(["--no-profile", "--", "sh", "-c", "kill -TERM $$"], clean_env(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9"))
     assert proc.returncode == 143
