@@ -18,17 +18,22 @@ def _run(args, env, timeout=120):
     return subprocess.run(RUN + args, env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
+def assert_untouched_loop_reported(vm, job: str, proc, status: int) -> None:
+    """untouched_loop.py ran 20 optimizer steps and exited with `status`: 19 steps counted (the
+    first optimizer.step() only opens the count), all in the optimizer phase."""
+    assert proc.returncode == status, proc.stderr
+    assert "finished" in proc.stdout
+    sel = f'otelgpu_job="{job}"'
+    assert query_until(vm, f"otelgpu_train_steps_total{{{sel}}}", 1)[0].value == 19
+    phases = query_until(vm, f"otelgpu_train_phase_time_seconds_total{{{sel}}}", 1)
+    assert [s.labels["otelgpu_phase"] for s in phases] == ["optimizer"]
+
+
 @pytest.mark.slow
 def test_untouched_torch_loop_reports_steps_and_keeps_its_exit_status(victoriametrics, torch_mod):
     vm, job = victoriametrics, unique_job("untouched")
     proc = _run(["--job", job, "--", sys.executable, str(HERE / "untouched_loop.py"), "20", "7"], otlp_env(vm, "x"))
-    assert proc.returncode == 7, proc.stderr
-    assert "finished" in proc.stdout
-    sel = f'otelgpu_job="{job}"'
-    # each optimizer.step() ends a step; the first one only opens the count
-    assert query_until(vm, f"otelgpu_train_steps_total{{{sel}}}", 1)[0].value == 19
-    phases = query_until(vm, f"otelgpu_train_phase_time_seconds_total{{{sel}}}", 1)
-    assert [s.labels["otelgpu_phase"] for s in phases] == ["optimizer"]
+    assert_untouched_loop_reported(vm, job, proc, 7)
 
 
 @pytest.mark.slow
@@ -42,12 +47,7 @@ def test_opentelemetry_instrument_works_through_the_instrumentor_entry_point(vic
     vm, job = victoriametrics, unique_job("otel-instrument")
     proc = subprocess.run([launcher, sys.executable, str(HERE / "untouched_loop.py"), "20", "5"],
                           env=otlp_env(vm, job), cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 5, proc.stderr
-    assert "finished" in proc.stdout
-    sel = f'otelgpu_job="{job}"'
-    assert query_until(vm, f"otelgpu_train_steps_total{{{sel}}}", 1)[0].value == 19
-    phases = query_until(vm, f"otelgpu_train_phase_time_seconds_total{{{sel}}}", 1)
-    assert [s.labels["otelgpu_phase"] for s in phases] == ["optimizer"]
+    assert_untouched_loop_reported(vm, job, proc, 5)
 
 
 def test_exit_status_of_a_signalled_command_is_128_plus_signal():
