@@ -60,8 +60,8 @@ class Sampler:
     overruns: int = 0
 
     def __post_init__(self):
-        self._stop = threading.Event()
-        self._asleep = threading.Lock()   # held while running; stop() releases it to wake the loop
+        self._stopping = False
+        self._asleep = threading.Lock()   # held while running; stop() releases it to wake every loop
         self._asleep.acquire()
         self._threads: list[threading.Thread] = []
         self._lanes: list[_Lane] = []
@@ -92,7 +92,7 @@ class Sampler:
 
     def _loop(self, lane: _Lane) -> None:
         next_t = self.clock()
-        while not self._stop.is_set():
+        while not self._stopping:
             read = 0
             for source in tuple(lane.sources):
                 if source not in lane.sources:
@@ -109,9 +109,13 @@ class Sampler:
                     self.overruns += 1
             if now > next_t:  # fell behind: skip missed ticks rather than bursting
                 next_t = now
-            # a bare lock's timed acquire: half the CPU of Event.wait's per wake-up
-            if self._asleep.acquire(timeout=max(0.0, next_t - now)):
-                self._asleep.release()   # stop() released it: let the other threads see it too
+            self._sleep(next_t - now)
+
+    def _sleep(self, seconds: float) -> None:
+        """Until `seconds` passed or stop(): a bare lock's timed acquire costs half of
+        Event.wait's CPU per wake-up."""
+        if self._asleep.acquire(timeout=max(0.0, seconds)):
+            self._asleep.release()   # stop() released it: let the other threads wake too
 
     def _spawn(self, sources: list[Source]) -> None:
         lane = _Lane(sources)
@@ -121,7 +125,10 @@ class Sampler:
         lane.thread.start()
 
     def _watch(self) -> None:
-        while not self._stop.wait(self.stuck_after_s):
+        while True:
+            self._sleep(self.stuck_after_s)
+            if self._stopping:
+                return
             now = self.clock()
             with self._lock:
                 for lane in list(self._lanes):
@@ -144,8 +151,8 @@ class Sampler:
         self._threads.append(watchdog)
 
     def stop(self, timeout_s: float = 2.0) -> None:
-        if not self._stop.is_set():
-            self._stop.set()
+        if not self._stopping:
+            self._stopping = True
             self._asleep.release()
         deadline = time.monotonic() + timeout_s
         for t in list(self._threads):

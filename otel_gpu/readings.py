@@ -12,6 +12,10 @@ from typing import Literal, Mapping, NamedTuple, Protocol, runtime_checkable
 
 Kind = Literal["gauge", "counter", "updowncounter", "histogram"]
 
+# seconds between reads of values that change by an admin's action or slowly (power limit, ECC
+# totals, swap, CPU count); sources repeat the last reading in between
+SLOW_READ_S = 10.0
+
 # OTLP -> Prometheus unit suffixes (the translation Prometheus 3 / VictoriaMetrics apply).
 _UNIT_SUFFIX = {
     "1": "ratio",

@@ -47,7 +47,9 @@ class _Cell:
         while times and times[0] < oldest:
             times.popleft()
             self.total -= values.popleft()
-        if len(values) == 1:   # restart the running sum exactly now and then: no drift
+        # restart the running sum exactly whenever one sample is left: rounding error grows by
+        # ~1e-16 of the values per sample otherwise (negligible, but not zero)
+        if len(values) == 1:
             self.total = values[0]
 
 

@@ -11,11 +11,10 @@ from typing import Any, Callable
 import psutil
 
 from .. import names
-from ..readings import Reading, SourceError
+from ..readings import SLOW_READ_S, Reading, SourceError
 
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 SWAP_PAGE = 4096  # psutil reports swap-in/out as pages * 4096 bytes on Linux
-SLOW_READ_S = 10.0  # seconds between reads of swap (/proc/vmstat: 2/3 of a read's cost) and the CPU count
 
 
 # ---- pure computations --------------------------------------------------------------
@@ -115,7 +114,7 @@ class HostSource:
             out.append(Reading(names.MEMORY_LIMIT, float(vm.total)))
             out.append(Reading(names.MEMORY_UTILIZATION, memory_utilization(vm)))
             self._last["memory_total"] = int(vm.total)
-        sw = self._slow_part("swap_memory", self.ps.swap_memory)
+        sw = self._slow_part("swap_memory", self.ps.swap_memory)   # parses all of /proc/vmstat
         if sw is not None:
             out.append(Reading(names.PAGING_USAGE, float(sw.used), {names.PAGING_STATE: "used"}))
             out.append(Reading(names.PAGING_USAGE, float(sw.free), {names.PAGING_STATE: "free"}))

@@ -17,7 +17,7 @@ import time
 import pynvml
 
 from .. import names as N
-from ..readings import Reading, SourceError
+from ..readings import SLOW_READ_S, Reading, SourceError
 from . import gpm as gpm_mod
 from . import nvml_errors as E
 from .procenv import rank_of
@@ -25,7 +25,6 @@ from .procenv import rank_of
 KIB = 1024
 PCIE_MIN_INTERVAL_S = 1.0   # seconds between nvmlDeviceGetPcieThroughput calls per device
 MIG_RESCAN_S = 30.0         # seconds between listings of a MIG-mode GPU's MIG devices
-SLOW_READ_S = 10.0          # seconds between reads of the power limit and ECC totals (repeated in between)
 _SKIP = object()
 FIELDS = ("utilization", "memory", "power", "power_limit", "energy", "temperature", "clock_sm", "clock_memory",
           "clock_events", "ecc_corrected", "ecc_uncorrected", "pcie_transmit", "pcie_receive", "nvlink",
