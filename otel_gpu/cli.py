@@ -5,15 +5,12 @@ import argparse
 import sys
 
 from . import __version__
-
-
-class UsageError(Exception):
-    """Bad flags or environment values: one line to stderr, exit 2."""
+from .errors import UsageError
 
 
 def _subcommands():
     """(module, register-function) pairs; imported lazily so one broken extra never breaks the rest."""
-    from . import agent_cli
+    from .agent import cli as agent_cli
     yield agent_cli.register
     from .trace import cli as trace_cli
     yield trace_cli.register

@@ -20,13 +20,10 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
 from opentelemetry.sdk.resources import Resource
 
+from .errors import ConfigError
 from .readings import MetricSpec
 
 PROTOCOLS = ("grpc", "http/protobuf")
-
-
-class ConfigError(ValueError):
-    """A bad `OTEL_*` / `OTELGPU_*` value (reported as one line, exit 2)."""
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from .export import ConfigError, bounded_number
+from .errors import ConfigError
+from .export import bounded_number
 
 log = logging.getLogger("otel_gpu.profiling")
 

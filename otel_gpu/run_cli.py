@@ -57,7 +57,7 @@ def exit_status(returncode: int) -> int:
 
 
 def run(args) -> int:
-    from .cli import UsageError
+    from .errors import UsageError
 
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:

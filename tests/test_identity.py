@@ -1,7 +1,8 @@
 """Node, job and rank identity from launcher environments; OTLP settings from OTEL_* variables."""
 import pytest
 
-from otel_gpu.export import ConfigError, otlp_settings
+from otel_gpu.errors import ConfigError
+from otel_gpu.export import otlp_settings
 from otel_gpu.identity import instance_id, job_name, point_attributes, rank_info, resource_attributes
 
 

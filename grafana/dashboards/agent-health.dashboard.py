@@ -1,6 +1,6 @@
 """Agent health: which node agents report, which sources read, how long reads take, what was dropped.
 
-Source health is exported as data by the agent itself (otel_gpu/agent.py). Generate with
+Source health is exported as data by the agent itself (otel_gpu/agent/). Generate with
 `otel-gpu dashboards`.
 """
 from otel_gpu.dashboards.panels import ANY_IS_BAD, NODE, Layout, dashboard, stat, timeseries, variable

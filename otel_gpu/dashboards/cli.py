@@ -29,7 +29,7 @@ def register(subparsers) -> None:
 def run(args) -> int:
     import importlib.util
 
-    from ..cli import UsageError
+    from ..errors import UsageError
     from . import build
 
     if importlib.util.find_spec("grafanalib") is None:   # the `dashboards` extra

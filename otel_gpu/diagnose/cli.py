@@ -18,7 +18,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
-from ..cli import UsageError
+from ..errors import UsageError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

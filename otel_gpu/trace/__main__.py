@@ -2,7 +2,7 @@
 import argparse
 import sys
 
-from ..cli import UsageError
+from ..errors import UsageError
 from . import cli
 
 

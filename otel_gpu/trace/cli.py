@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..cli import UsageError
+from ..errors import UsageError
 
 
 def _ranks(text: str) -> list[int]:

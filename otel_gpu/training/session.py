@@ -20,7 +20,8 @@ from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricReader
 
 from .. import names, profiling
-from ..export import ConfigError, merged_resource, meter_provider, otlp_exporter, otlp_settings, periodic_reader
+from ..errors import ConfigError
+from ..export import merged_resource, meter_provider, otlp_exporter, otlp_settings, periodic_reader
 from ..identity import point_attributes, rank_info, resource_attributes
 from .timing import Timer
 

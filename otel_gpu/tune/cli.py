@@ -65,7 +65,7 @@ def register(sub) -> None:
 
 
 def _settings(args):
-    from ..cli import UsageError
+    from ..errors import UsageError
     from . import config as C
     from .space import Space, SpaceError, load_space
     from .study import Settings, default_study_name, storage_url
@@ -113,7 +113,7 @@ def _otlp_set(env) -> bool:
 
 
 def _objective(args):
-    from ..cli import UsageError
+    from ..errors import UsageError
     from .objective import LogObjective, PromObjective
 
     if not args.prometheus:
@@ -178,7 +178,7 @@ def _duration(seconds: float) -> str:
 def run(args) -> int:
     from rich.console import Console
 
-    from ..cli import UsageError
+    from ..errors import UsageError
     try:
         import optuna
     except ImportError:

@@ -10,9 +10,9 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from otel_gpu.agent import Exported, Instruments, Sampler
+from otel_gpu.agent.sampler import Exported, Instruments, Sampler
 from otel_gpu.export import OtlpSettings, otlp_exporter, periodic_reader
-from otel_gpu.store import Store
+from otel_gpu.agent.store import Store
 
 from tests.servers import wait_until
 from .sources import ScriptedSource
@@ -106,9 +106,9 @@ def test_a_hung_source_gets_a_thread_of_its_own_and_the_others_go_on():
 def test_a_hung_source_does_not_delay_the_agents_shutdown():
     import httpx
 
-    from otel_gpu.agent_cli import AgentConfig
-    from otel_gpu.agent_runtime import AgentRuntime
-    from otel_gpu.node import Node, NodeConfig
+    from otel_gpu.agent.cli import AgentConfig
+    from otel_gpu.agent.runtime import AgentRuntime
+    from otel_gpu.agent.node import Node, NodeConfig
     from tests.servers import free_port
 
     gate = threading.Event()

@@ -114,10 +114,10 @@ def test_otlp_into_victoriametrics_every_family(victoriametrics, node_args, expe
 
 def test_a_reading_is_visible_within_two_export_intervals(victoriametrics):
     """From the moment a value changes to the moment PromQL returns it: <= 2 export intervals."""
-    from otel_gpu.agent_cli import AgentConfig
-    from otel_gpu.agent_runtime import AgentRuntime
+    from otel_gpu.agent.cli import AgentConfig
+    from otel_gpu.agent.runtime import AgentRuntime
     from otel_gpu.export import OtlpSettings
-    from otel_gpu.node import Node, NodeConfig
+    from otel_gpu.agent.node import Node, NodeConfig
 
     from .sources import SwitchSource
 

@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from otel_gpu import names
-from otel_gpu.exposition import Renderer
+from otel_gpu.agent.exposition import Renderer
 
 PROMTOOL = shutil.which("promtool")
 GPU = ((names.HW_ID, "GPU-0"), (names.HW_NAME, 'H100 "SXM" 50%r\nbis'))
@@ -73,7 +73,7 @@ def test_values_labels_and_series_changes_render_as_valid_exposition():
 def test_the_endpoint_keeps_the_connection_alive_and_answers_404_elsewhere():
     import http.client
 
-    from otel_gpu.exposition import ScrapeEndpoint
+    from otel_gpu.agent.exposition import ScrapeEndpoint
 
     body = b"# TYPE x gauge\nx 1.0\n" * 500
     endpoint = ScrapeEndpoint(lambda: body, 0)
@@ -115,7 +115,7 @@ def _exchange(port: int, request: bytes) -> tuple[bytes, bool]:
     (b"GET /metrics HTTP/1.1\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", b"431", True),
 ])
 def test_the_request_parser_honours_connection_and_rejects_bad_requests(request_bytes, status, closed):
-    from otel_gpu.exposition import ScrapeEndpoint
+    from otel_gpu.agent.exposition import ScrapeEndpoint
 
     endpoint = ScrapeEndpoint(lambda: b"x 1.0\n", 0)
     try:

@@ -2,9 +2,9 @@
 from rich.console import Console
 
 from otel_gpu import names
-from otel_gpu.liveview import node_view
+from otel_gpu.agent.liveview import node_view
 from otel_gpu.readings import Reading
-from otel_gpu.store import Store
+from otel_gpu.agent.store import Store
 
 GPU = {names.HW_ID: "GPU-1", names.HW_NAME: "NVIDIA H100 80GB HBM3", names.GPU_INDEX: "0"}
 ETH = {names.IFACE: "eth0"}

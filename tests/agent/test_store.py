@@ -1,6 +1,6 @@
 from otel_gpu import names
 from otel_gpu.readings import Reading
-from otel_gpu.store import Store
+from otel_gpu.agent.store import Store
 
 A = {names.HW_ID: "GPU-a"}
 B = {names.HW_ID: "GPU-b"}

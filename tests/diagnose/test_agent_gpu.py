@@ -9,11 +9,11 @@ import uuid
 import pynvml
 import pytest
 
-from otel_gpu.agent_cli import AgentConfig
-from otel_gpu.agent_runtime import AgentRuntime
+from otel_gpu.agent.cli import AgentConfig
+from otel_gpu.agent.runtime import AgentRuntime
 from otel_gpu.diagnose import diagnose
 from otel_gpu.export import OtlpSettings
-from otel_gpu.node import Node, NodeConfig
+from otel_gpu.agent.node import Node, NodeConfig
 from otel_gpu.promql import PromClient
 from otel_gpu.sources.fake_nvml import FakeNvml, hopper
 from otel_gpu.sources.nvml import NvmlSource

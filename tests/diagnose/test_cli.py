@@ -9,7 +9,7 @@ import pytest
 
 from otel_gpu.cli import main
 from otel_gpu.diagnose.cli import parse_duration, parse_time
-from otel_gpu.cli import UsageError
+from otel_gpu.errors import UsageError
 from tests.servers import free_port
 
 pytestmark = pytest.mark.slow

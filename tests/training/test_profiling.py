@@ -5,7 +5,7 @@ from conftest import HERE, clean_env, run_py
 from pyroscope_receiver import Receiver
 
 from otel_gpu import profiling
-from otel_gpu.export import ConfigError
+from otel_gpu.errors import ConfigError
 
 pytestmark = pytest.mark.slow
 

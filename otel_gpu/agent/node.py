@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .readings import Source, SourceError
+from ..readings import Source, SourceError
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Node:
 
 def _nvml_module(config: NodeConfig):
     if config.fake_gpus:
-        from .sources.fake_nvml import fake_cluster_node
+        from ..sources.fake_nvml import fake_cluster_node
         return fake_cluster_node(n=config.fake_gpus)
     import pynvml
     return pynvml
@@ -41,15 +41,15 @@ def _nvml_module(config: NodeConfig):
 
 def build_node(config: NodeConfig) -> Node:
     """Every source this node supports; a missing GPU driver turns GPU metrics off, not the agent."""
-    from .sources.disk import DiskSource
-    from .sources.host import HostSource
-    from .sources.infiniband import InfinibandSource
-    from .sources.net import NetSource
-    from .sources.process import PidFinder, ProcessSource
+    from ..sources.disk import DiskSource
+    from ..sources.host import HostSource
+    from ..sources.infiniband import InfinibandSource
+    from ..sources.net import NetSource
+    from ..sources.process import PidFinder, ProcessSource
 
     node = Node(sources=[])
     if config.gpus:
-        from .sources.nvml import NvmlSource
+        from ..sources.nvml import NvmlSource
         try:
             node.gpu = NvmlSource(nvml=_nvml_module(config), proc_root=config.proc_root)
             node.sources.append(node.gpu)

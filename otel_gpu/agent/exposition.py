@@ -16,7 +16,7 @@ from math import isfinite
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
 
-from . import names
+from .. import names
 
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

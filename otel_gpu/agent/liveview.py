@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from . import names
+from .. import names
 
 Snapshot = dict  # name -> {attrs_tuple: value}
 

@@ -19,7 +19,7 @@ from collections import deque
 from math import isfinite
 from typing import Iterable, Mapping
 
-from .readings import MetricSpec, Reading
+from ..readings import MetricSpec, Reading
 
 Attrs = tuple[tuple[str, str], ...]
 

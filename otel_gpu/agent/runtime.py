@@ -7,11 +7,11 @@ import sys
 import threading
 import time
 
-from .agent import Exported, Instruments, Sampler
-from .agent_cli import FLUSH_TIMEOUT_S, AgentConfig, install_signal_handlers
-from .export import merged_resource, meter_provider, otlp_exporter, periodic_reader
+from .sampler import Exported, Instruments, Sampler
+from .cli import FLUSH_TIMEOUT_S, AgentConfig, install_signal_handlers
+from ..export import merged_resource, meter_provider, otlp_exporter, periodic_reader
 from .exposition import Renderer, ScrapeEndpoint
-from .identity import point_attributes, resource_attributes
+from ..identity import point_attributes, resource_attributes
 from .node import Node
 from .store import Store
 
@@ -38,7 +38,7 @@ class AgentRuntime:
             try:
                 self.endpoint = ScrapeEndpoint(renderer.render, config.prometheus_port, config.prometheus_host)
             except OSError as exc:
-                from .cli import UsageError
+                from ..errors import UsageError
                 raise UsageError(f"cannot serve Prometheus on {config.prometheus_host}:{config.prometheus_port}: "
                                  f"{exc.strerror or exc}") from None
         self.stop_event = threading.Event()

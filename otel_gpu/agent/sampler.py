@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from . import names
-from .readings import MetricSpec, Reading, Source, SourceError
+from .. import names
+from ..readings import MetricSpec, Reading, Source, SourceError
 from .store import Attrs, Store
 
 log = logging.getLogger("otel_gpu.agent")

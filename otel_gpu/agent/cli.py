@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from . import names
-from .cli import UsageError
-from .export import ConfigError, OtlpSettings, bounded_number, otlp_settings
+from .. import names
+from ..errors import UsageError
+from ..errors import ConfigError
+from ..export import OtlpSettings, bounded_number, otlp_settings
 from .node import NodeConfig, build_node
 
 EMBEDDED_PROMETHEUS_PORT = 9464   # the OpenTelemetry Prometheus exporter's usual port
@@ -110,7 +111,7 @@ def run_agent(args) -> int:
     try:
         if args.once:
             return _once(node, as_json=args.json)
-        from .agent_runtime import AgentRuntime
+        from .runtime import AgentRuntime
         runtime = AgentRuntime(config, node)
         return runtime.run_until_signal()
     finally:
@@ -118,8 +119,8 @@ def run_agent(args) -> int:
 
 
 def _once(node, as_json: bool) -> int:
-    from .agent import Sampler
-    from .identity import point_attributes, resource_attributes
+    from .sampler import Sampler
+    from ..identity import point_attributes, resource_attributes
     from .store import Store
 
     sampler = Sampler(node.sources, Store(window_s=1.0), interval_s=0.25)
@@ -144,7 +145,7 @@ def _once(node, as_json: bool) -> int:
 
 
 def run_doctor(args) -> int:
-    from .readings import describe
+    from ..readings import describe
 
     env = dict(os.environ)
     fake = args.fake_gpus if args.fake_gpus is not None else env.get("OTELGPU_FAKE_GPUS", "0")
