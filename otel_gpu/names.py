@@ -160,3 +160,6 @@ TRAIN_SAMPLES = _g(PREFIX + "train.samples", "{sample}", "Samples processed by t
 TRAIN_TOKENS = _g(PREFIX + "train.tokens", "{token}", "Tokens processed by this rank (rate() gives tokens/s)", _RANKED, "training", kind="counter")
 TRAIN_PHASE_TIME = _g(PREFIX + "train.phase.time", "s", "Exclusive wall time spent in a phase (rate() gives its share of wall time)", _RANKED + (PHASE,), "training", kind="counter")
 TRAIN_CHECKPOINTS = _g(PREFIX + "train.checkpoints", "{event}", "Checkpoint saves started / ended (start - end > 0: one in progress)", _RANKED + (CHECKPOINT_EVENT,), "training", kind="counter")
+COLLECTIVE = "otelgpu.collective"   # all_reduce, all_gather, reduce_scatter, broadcast, barrier, ..., ddp_allreduce
+TRAIN_COLLECTIVE_TIME = _g(PREFIX + "train.collective.time", "s", "Wall time this rank was blocked in a collective or waiting for one to complete, inside counted steps, by collective kind and the phase it happened in ('' outside any phase)", _RANKED + (COLLECTIVE, PHASE), "training", kind="counter")
+TRAIN_CHECKPOINT_LAST = _g(PREFIX + "train.checkpoint.last", "s", "Unix time of this rank's latest checkpoint save start / end (each distinct value is one save)", _RANKED + (CHECKPOINT_EVENT,), "training")

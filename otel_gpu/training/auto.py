@@ -18,8 +18,9 @@ log = logging.getLogger("otel_gpu.training")
 
 
 def _torch(module) -> None:
-    from . import torch_hooks
+    from . import collectives, torch_hooks
     torch_hooks.install()
+    collectives.install()
 
 
 def _transformers_trainer(module) -> None:

@@ -12,6 +12,7 @@ from collections import deque
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from typing import Mapping
@@ -28,7 +29,8 @@ from .timing import Timer
 log = logging.getLogger("otel_gpu.training")
 
 TRAINING_SPECS = (names.TRAIN_STEP_DURATION, names.TRAIN_STEPS, names.TRAIN_SAMPLES, names.TRAIN_TOKENS,
-                  names.TRAIN_PHASE_TIME, names.TRAIN_CHECKPOINTS)
+                  names.TRAIN_PHASE_TIME, names.TRAIN_CHECKPOINTS, names.TRAIN_COLLECTIVE_TIME,
+                  names.TRAIN_CHECKPOINT_LAST)
 names.register(*TRAINING_SPECS)
 EXIT_TIMEOUT_S = 5.0   # longest the final flush (metrics and profile at once) may hold the exit of a rank
 
@@ -81,6 +83,8 @@ class OtelSink:
         self.tokens = 0.0
         self.phase_s: dict[str, float] = {}
         self.checkpoints = {"start": 0, "end": 0}
+        self.checkpoint_last: dict[str, float] = {}            # event -> unix time of the latest
+        self.collective_s: dict[tuple[str, str], float] = {}   # (kind, phase) -> seconds blocked
         self._pending: deque[float] = deque()   # step durations not yet in the histogram
         self._duration = meter.create_histogram(names.TRAIN_STEP_DURATION.name, unit="s",
                                                 description=names.TRAIN_STEP_DURATION.description)
@@ -89,8 +93,11 @@ class OtelSink:
         for spec, unit, fn in ((names.TRAIN_SAMPLES, "{sample}", self._observe_samples),
                                (names.TRAIN_TOKENS, "{token}", self._observe_tokens),
                                (names.TRAIN_PHASE_TIME, "s", self._observe_phases),
-                               (names.TRAIN_CHECKPOINTS, "{event}", self._observe_checkpoints)):
+                               (names.TRAIN_CHECKPOINTS, "{event}", self._observe_checkpoints),
+                               (names.TRAIN_COLLECTIVE_TIME, "s", self._observe_collectives)):
             meter.create_observable_counter(spec.name, [fn], unit=unit, description=spec.description)
+        spec = names.TRAIN_CHECKPOINT_LAST
+        meter.create_observable_gauge(spec.name, [self._observe_checkpoint_last], unit="s", description=spec.description)
 
     # ---- hot path (training thread) ----
     def step(self, seconds, samples, tokens):
@@ -106,6 +113,11 @@ class OtelSink:
 
     def checkpoint(self, event):
         self.checkpoints[event] += 1
+        self.checkpoint_last[event] = time.time()
+
+    def collective(self, kind, phase, seconds):
+        key = (kind, phase)
+        self.collective_s[key] = self.collective_s.get(key, 0.0) + seconds
 
     # ---- collection (exporter thread) ----
     def _observe_steps(self, options):
@@ -127,6 +139,13 @@ class OtelSink:
         if not self.checkpoints["start"]:
             return []
         return [Observation(v, {**self.attrs, names.CHECKPOINT_EVENT: k}) for k, v in self.checkpoints.items()]
+
+    def _observe_checkpoint_last(self, options):
+        return [Observation(v, {**self.attrs, names.CHECKPOINT_EVENT: k}) for k, v in list(self.checkpoint_last.items())]
+
+    def _observe_collectives(self, options):
+        return [Observation(v, {**self.attrs, names.COLLECTIVE: kind, names.PHASE: phase})
+                for (kind, phase), v in list(self.collective_s.items())]
 
 
 class ForkGuard(MetricExporter):
@@ -222,7 +241,21 @@ def current(env: Mapping[str, str] | None = None) -> Session | None:
             log.warning("otel-gpu training telemetry off: %r", exc)
             return None
         atexit.register(_shutdown_at_exit)
+        _measure_torch()
         return _session
+
+
+def _measure_torch() -> None:
+    """Data wait, backward and collective wait are measured for every loop that uses torch,
+    instrumented by hand or not (`otel-gpu run` installs the same hooks at import)."""
+    if "torch" not in sys.modules:
+        return
+    try:
+        from . import collectives, torch_hooks
+        torch_hooks.install_phases()
+        collectives.install()
+    except Exception as exc:  # an unknown torch version: the step metrics still work
+        log.warning("otel-gpu: data and collective wait not measured: %r", exc)
 
 
 def timer() -> Timer | None:

@@ -1,9 +1,10 @@
 """Step and phase timing for one rank, on the host clock (no OpenTelemetry import).
 
-`Timer` turns hook calls (step begin/end, phase enter/exit) into measurements
-handed to a `Sink`: step durations in seconds, *exclusive* phase seconds (a
-phase nested in another is not counted twice, so the phase shares of wall time
-add up to at most 1), checkpoint start/end events.
+`Timer` turns hook calls (step begin/end, phase enter/exit, time blocked in a
+collective) into measurements handed to a `Sink`: step durations in seconds,
+*exclusive* phase seconds (a phase nested in another is not counted twice, so the
+phase shares of wall time add up to at most 1), checkpoint start/end events, and
+seconds blocked in collectives inside counted steps, by kind and phase.
 
 Several integrations can be active in one process (the Hugging Face Trainer
 runs DeepSpeed's engine, which calls a torch optimizer). The one with the highest
@@ -34,6 +35,8 @@ class Sink(Protocol):
     def phase(self, name: str, seconds: float) -> None: ...
 
     def checkpoint(self, event: str) -> None: ...
+
+    def collective(self, kind: str, phase: str, seconds: float) -> None: ...
 
 
 class PhaseListener(Protocol):
@@ -124,6 +127,17 @@ class Timer:
         """Open a step at the first hook of a boundary-only driver (so step 1 is counted)."""
         if self._step_start is None and self.claim(driver):
             self._step_start = self.clock()
+
+    def in_step(self) -> bool:
+        """True while a counted step is open."""
+        return self._step_start is not None
+
+    @_guarded
+    def collective(self, kind: str, seconds: float) -> None:
+        """This thread was blocked `seconds` in a collective of `kind` (all_reduce, all_gather, ...).
+        Counted only inside a step, so it compares with step time; tagged with the current phase."""
+        if self._step_start is not None:
+            self.sink.collective(kind, self.current_phase() or "", seconds)
 
     @contextmanager
     def step(self, samples: float | None = None, tokens: float | None = None) -> Iterator[None]:

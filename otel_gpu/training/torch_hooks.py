@@ -1,16 +1,23 @@
-"""Any torch optimizer, no code change: global optimizer-step hooks.
+"""Plain PyTorch, no code change: optimizer steps, backward passes and DataLoader batches.
 
-Each `optimizer.step()` is the "optimizer" phase and the end of a step; the step
-time is the time between two optimizer steps (the first step only opens the
-count). Used only while no higher integration (HF Trainer, Lightning, DeepSpeed,
-`training.step()`) owns the step boundaries: those call the optimizer themselves.
+Each `optimizer.step()` is the "optimizer" phase and the end of a step; the step time is the
+time between two optimizer steps (the first step only opens the count). Used for step
+boundaries only while no higher integration (HF Trainer, Lightning, DeepSpeed,
+`training.step()`) owns them: those call the optimizer themselves.
+
+Whoever owns the steps, `torch.autograd.backward` (what `loss.backward()` calls) is the
+"backward" phase and getting the next batch from a DataLoader is the "data_wait" phase
+(not inside "eval": evaluation batches stay eval time).
 """
 from __future__ import annotations
+
+import functools
 
 from . import session
 
 DRIVER = "optimizer"
 _handles: list = []
+_patched: list = []   # (owner, attribute, original)
 
 
 def _pre(optimizer, args, kwargs):
@@ -26,8 +33,45 @@ def _post(optimizer, args, kwargs):
         t.mark_step(DRIVER)
 
 
+def _phase(original, name: str, unless: str | None = None):
+    """`original` timed as phase `name` (not while the thread is in phase `unless`)."""
+
+    @functools.wraps(original)
+    def wrapper(*args, **kwargs):
+        t = session.timer()
+        if t is None or (unless is not None and t.current_phase() == unless):
+            return original(*args, **kwargs)
+        t.enter(name)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            t.exit(name)
+
+    wrapper._otelgpu = True
+    return wrapper
+
+
+def _patch(owner, attr: str, name: str, unless: str | None = None) -> None:
+    original = getattr(owner, attr, None)
+    if original is None or getattr(original, "_otelgpu", False):
+        return
+    setattr(owner, attr, _phase(original, name, unless))
+    _patched.append((owner, attr, original))
+
+
+def install_phases() -> None:
+    """data_wait around DataLoader iteration, backward around `torch.autograd.backward`."""
+    import torch.autograd
+    from torch.utils.data import dataloader
+
+    _patch(dataloader._BaseDataLoaderIter, "__next__", "data_wait", unless="eval")
+    _patch(torch.autograd, "backward", "backward")
+
+
 def install() -> bool:
-    """Register the global hooks once; False when torch has no global optimizer hooks."""
+    """Register the global optimizer hooks and the phases above once; False when torch has no
+    global optimizer hooks."""
+    install_phases()
     if _handles:
         return True
     from torch.optim import optimizer as opt
@@ -42,3 +86,6 @@ def install() -> bool:
 def uninstall() -> None:
     while _handles:
         _handles.pop().remove()
+    while _patched:
+        owner, attr, original = _patched.pop()
+        setattr(owner, attr, original)

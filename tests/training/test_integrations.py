@@ -61,7 +61,7 @@ def test_lightning(victoriametrics, tmp_path):
         assert query_until(vm, f"otelgpu_train_steps_total{{{sel}}}", 1)[0].value == 12
         assert query_until(vm, f"otelgpu_train_samples_total{{{sel}}}", 1)[0].value == 12 * 8
         phases = _by(query_until(vm, f"otelgpu_train_phase_time_seconds_total{{{sel}}}", 5), "otelgpu_phase")
-        assert set(phases) == {"forward", "backward", "optimizer", "checkpoint", "eval"}
+        assert set(phases) == {"data_wait", "forward", "backward", "optimizer", "checkpoint", "eval"}
         ckpt = _by(query_until(vm, f"otelgpu_train_checkpoints_total{{{sel}}}", 2), "otelgpu_checkpoint_event")
         assert ckpt["start"] == ckpt["end"] >= 1
 

@@ -1,0 +1,234 @@
+"""Time each rank spends blocked in torch.distributed collectives, with no code change.
+
+What is measured (host wall clock, on the thread that blocks), inside counted steps:
+- a synchronous collective (`dist.all_reduce(t)`, `all_gather_into_tensor`, `barrier`, ...): the call;
+- an asynchronous one (`async_op=True`): the call, then the `Work.wait()` that blocks on it, under the
+  kind of the call (DeepSpeed ZeRO-3's parameter fetches and gradient reduces wait this way);
+- DistributedDataParallel's gradient all-reduce, which C++ runs overlapped with backward: from the end of
+  backward's computation to the completion of the last bucket (`ddp_allreduce`), through a communication
+  hook that does what DDP does without one (divide by the world size, all-reduce).
+A synchronous call waits on its own Work inside, and some collectives call others: nested calls count once.
+
+On CUDA with NCCL the calls and `Work.wait()` return at once (the GPU stream waits, not the host):
+there this measures launch time only; docs/diagnose.md says how GPU jobs are diagnosed.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+
+from . import session
+
+log = logging.getLogger("otel_gpu.training")
+
+# torch.distributed function -> the collective kind it is counted under
+KINDS = {
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
+    "all_gather": "all_gather", "all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
+    "all_gather_coalesced": "all_gather", "all_gather_object": "all_gather",
+    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+    "broadcast": "broadcast", "broadcast_object_list": "broadcast",
+    "barrier": "barrier", "monitored_barrier": "barrier",
+    "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
+    "reduce": "reduce", "gather": "gather", "gather_object": "gather", "scatter": "scatter",
+    "scatter_object_list": "scatter", "send": "send", "recv": "recv", "isend": "send", "irecv": "recv",
+    "batch_isend_irecv": "send_recv",
+}
+DDP_KIND = "ddp_allreduce"
+MAX_PENDING = 4096   # async Works remembered until waited (their kind); beyond this the oldest are forgotten
+
+_local = threading.local()          # .inside: this thread is inside one of our timed calls
+_pending: dict[int, str] = {}       # id(Work) -> kind of the call that returned it
+_installed: list = []               # (owner, attribute, original) to undo
+
+
+def _inside() -> bool:
+    return getattr(_local, "inside", False)
+
+
+def _timed(fn, kind: str, work_type):
+    """`fn` timed as `kind`; a Work it returns remembers the kind for its wait()."""
+
+    @functools.wraps(fn)
+    def collective(*args, **kwargs):
+        if _inside():
+            return fn(*args, **kwargs)
+        t = session.timer()
+        if t is None or t.broken:
+            return fn(*args, **kwargs)
+        _local.inside = True
+        t0 = time.perf_counter()
+        try:
+            result = fn(*args, **kwargs)
+        finally:
+            _local.inside = False
+            t.collective(kind, time.perf_counter() - t0)
+        if type(result) is work_type:
+            if len(_pending) >= MAX_PENDING:
+                _pending.clear()
+            _pending[id(result)] = kind
+        return result
+
+    collective._otelgpu = True
+    return collective
+
+
+def _timed_wait(original):
+    @functools.wraps(original)
+    def wait(self, *args, **kwargs):
+        kind = _pending.pop(id(self), "async")
+        if _inside():
+            return original(self, *args, **kwargs)
+        t = session.timer()
+        if t is None or t.broken:
+            return original(self, *args, **kwargs)
+        _local.inside = True
+        t0 = time.perf_counter()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _local.inside = False
+            t.collective(kind, time.perf_counter() - t0)
+
+    wait._otelgpu = True
+    return wait
+
+
+def _patch(owner, name: str, make) -> None:
+    original = getattr(owner, name, None)
+    if original is None or getattr(original, "_otelgpu", False):
+        return
+    setattr(owner, name, make(original))
+    _installed.append((owner, name, original))
+
+
+# ---- DistributedDataParallel ------------------------------------------------------------------
+
+def _ddp_hook(inner):
+    """A DDP communication hook around `inner` (a hook function) that measures the host's wait for the
+    last bucket: our autograd callback runs just before DDP's own finalizer and waits on the buckets'
+    futures, which DDP would wait on next anyway (so the step is not delayed)."""
+
+    def hook(state, bucket):
+        _local.inside = True
+        try:
+            fut = inner(state, bucket)
+        finally:
+            _local.inside = False
+        futures = _ddp_futures()
+        futures.append(fut)
+        if bucket.is_last():
+            _local.ddp_futures = []
+            _queue_wait(futures)
+        return fut
+
+    hook.__name__ = getattr(inner, "__name__", "hook")
+    hook.__qualname__ = getattr(inner, "__qualname__", hook.__name__)
+    return hook
+
+
+def _ddp_futures() -> list:
+    futures = getattr(_local, "ddp_futures", None)
+    if futures is None:
+        futures = _local.ddp_futures = []
+    return futures
+
+
+def _queue_wait(futures: list) -> None:
+    from torch.autograd import Variable
+
+    def wait_for_buckets():
+        t = session.timer()
+        if t is None:
+            return
+        t0 = time.perf_counter()
+        try:
+            for fut in futures:
+                fut.wait()
+        except Exception as exc:   # DDP's finalizer waits on the same futures next and raises the error itself
+            log.debug("otel-gpu: a DDP bucket failed: %r", exc)
+            return
+        t.collective(DDP_KIND, time.perf_counter() - t0)
+
+    Variable._execution_engine.queue_callback(wait_for_buckets)
+
+
+def _patch_ddp(ddp_class) -> None:
+    """DDP.forward is the forward phase and registers the timing hook at the first call (unless the user
+    registered a builtin hook); a user's own Python hook is wrapped so it is timed the same way."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    def make_register(original):
+        @functools.wraps(original)
+        def register_comm_hook(self, state, hook):
+            self._otelgpu_hooked = True
+            return original(self, state, _ddp_hook(hook))
+
+        register_comm_hook._otelgpu = True
+        return register_comm_hook
+
+    def make_builtin(original):
+        @functools.wraps(original)
+        def register_builtin_comm_hook(self, comm_hook_type):
+            self._otelgpu_hooked = True   # C++ hooks cannot be wrapped: this model's wait is not measured
+            return original(self, comm_hook_type)
+
+        register_builtin_comm_hook._otelgpu = True
+        return register_builtin_comm_hook
+
+    def make_forward(original):
+        @functools.wraps(original)
+        def forward(self, *args, **kwargs):
+            t = session.timer()
+            if t is None:
+                return original(self, *args, **kwargs)
+            if not getattr(self, "_otelgpu_hooked", False):
+                self._otelgpu_hooked = True
+                try:
+                    self.register_comm_hook(self.process_group, default_hooks.allreduce_hook)
+                except Exception as exc:   # an unknown DDP version: train unmeasured rather than fail
+                    log.warning("otel-gpu: DDP all-reduce wait not measured: %r", exc)
+            t.enter("forward")
+            try:
+                return original(self, *args, **kwargs)
+            finally:
+                t.exit("forward")
+
+        forward._otelgpu = True
+        return forward
+
+    _patch(ddp_class, "register_comm_hook", make_register)
+    _patch(ddp_class, "register_builtin_comm_hook", make_builtin)
+    _patch(ddp_class, "forward", make_forward)
+
+
+# ---- install ----------------------------------------------------------------------------------
+
+def install() -> bool:
+    """Time every torch.distributed collective and DDP's all-reduce wait; False without torch.distributed."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return False
+    from torch.distributed import distributed_c10d as c10d
+
+    work = getattr(c10d, "Work", None) or getattr(dist, "Work", None)
+    for name, kind in KINDS.items():
+        for owner in (dist, c10d):
+            _patch(owner, name, lambda fn, kind=kind: _timed(fn, kind, work))
+    if work is not None:
+        _patch(work, "wait", _timed_wait)
+    from torch.nn.parallel import DistributedDataParallel
+    _patch_ddp(DistributedDataParallel)
+    return True
+
+
+def uninstall() -> None:
+    """Restore every patched function (tests)."""
+    while _installed:
+        owner, name, original = _installed.pop()
+        setattr(owner, name, original)
+    _pending.clear()
