@@ -57,11 +57,14 @@ class Report:
 
 
 def diagnose(client, job: str | None, start: float, end: float, *, thresholds: Thresholds | None = None,
-             profile=None, require_steps: bool = True) -> Report:
-    """Fetch the window from `client` (a PromClient), add `profile` (a ProfileSummary), run the rules."""
+             profile=None, profile_error: str | None = None, require_steps: bool = True) -> Report:
+    """Fetch the window from `client` (a PromClient), add `profile` (a ProfileSummary) or why profiles could
+    not be read (`profile_error`), run the rules."""
     t0 = time.perf_counter()
     w = fetch_window(client, job, start, end, require_steps=require_steps)
-    w.profile = profile
+    w.profile, w.profile_error = profile, profile_error
+    if profile_error:
+        w.notes.append(f"profiles not checked: {profile_error}")
     findings = run_rules(w, thresholds)
     return Report(w, findings, client.stats.as_dict(), time.perf_counter() - t0)
 

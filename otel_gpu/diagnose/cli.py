@@ -2,7 +2,8 @@
 
 Reads the window's metrics from Prometheus (or VictoriaMetrics), and profiles from Pyroscope
 when given, and prints findings ranked by the time at stake. Exit status: 0 diagnosed (whatever
-was found), 1 nothing to diagnose or a server failed, 2 bad flags or threshold file.
+was found; also when Pyroscope could not be read: the profile-based checks then say "not
+checked" and why), 1 nothing to diagnose or Prometheus failed, 2 bad flags or threshold file.
 
 Times (--from/--to): unix seconds, ISO 8601 (2025-01-31T10:00:00Z), `now` or `now-2h`.
 Durations (--last): 90s, 15m, 1h, 2d. Thresholds: see docs/diagnose.md (TOML or YAML file).
@@ -20,6 +21,7 @@ from datetime import datetime, timezone
 
 from ..errors import UsageError
 
+PYROSCOPE_TIMEOUT_S = 10.0   # profiles are optional: a slow Pyroscope costs at most this per request
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -120,17 +122,20 @@ def run(args) -> int:
         raise UsageError("--grafana needs a token: --grafana-token or OTELGPU_GRAFANA_TOKEN")
     if not args.prometheus.startswith(("http://", "https://")):
         raise UsageError(f"--prometheus {args.prometheus!r}: expected a URL starting with http:// or https://")
-    profile = None
-    if args.pyroscope:
+    if args.pyroscope and not args.pyroscope.startswith(("http://", "https://")):
+        raise UsageError(f"--pyroscope {args.pyroscope!r}: expected a URL starting with http:// or https://")
+    profile = profile_error = None
+    if args.pyroscope:   # profiles are optional: without them the metric findings still print
         app = args.pyroscope_app or (f"otelgpu.{args.job}" if args.job else "otelgpu.train")
         try:
-            profile = fetch_pyroscope(args.pyroscope, app, start, end, timeout=args.timeout)
+            profile = fetch_pyroscope(args.pyroscope, app, start, end, timeout=min(args.timeout, PYROSCOPE_TIMEOUT_S))
         except PyroscopeError as exc:
-            return _fail(str(exc))
+            profile_error = str(exc)
+            print(f"otel-gpu diagnose: profiles not checked: {exc}", file=sys.stderr)
     with PromClient(args.prometheus, timeout=args.timeout) as client:
         try:
             result = diagnose(client, args.job, start, end, thresholds=thresholds, profile=profile,
-                              require_steps=not args.gpu_only)
+                              profile_error=profile_error, require_steps=not args.gpu_only)
         except (PromError, DiagnoseError) as exc:
             return _fail(str(exc))
     d = result.as_dict()

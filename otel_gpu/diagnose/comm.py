@@ -46,67 +46,135 @@ def _link(w: Window) -> tuple[float | None, str]:
                   f"on {n.host} ({fmt.pct(busy)}{peak})")
 
 
+def _measured(w: Window) -> tuple[float, float, dict[str, float]] | None:
+    """(seconds per step every rank waits in collectives, median step seconds, seconds per step by kind of
+    the least-waiting rank) when every rank reports its collective wait; else None."""
+    ranks = [r for r in w.ranks if r.step_count > 0 and r.mean_step_s]
+    if not ranks or any(r.collective_s is None for r in ranks):
+        return None
+    least = min(ranks, key=lambda r: r.collective_s / r.step_count)
+    floor = least.collective_s / least.step_count
+    step = statistics.median(r.mean_step_s for r in ranks)
+    return floor, step, {k: v / least.step_count for k, v in least.collective_by_kind.items()}
+
+
+def _not_checked(w: Window, why: list[str]) -> Finding:
+    return missing_input("comm", "Communication-bound (collectives, ZeRO fetches)",
+                         "needs each rank's collective wait (`otel-gpu run` / `opentelemetry-instrument` on a "
+                         "torch.distributed job) or profiles (`--pyroscope URL`)", why)
+
+
 def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
+    """Time every rank spends blocked in collectives (the least-waiting rank's wait: what is not
+    imbalance), with the functions from profiles where present and the link use telling latency- from
+    bandwidth-bound."""
     t = th["comm"]
     p = w.profile
-    if p is None:
-        return [missing_input(
-            "comm", "Communication-bound (collectives, ZeRO fetches)",
-            "needs continuous profiles: pass --pyroscope URL (ranks profiled with OTELGPU_PYROSCOPE_URL)",
-            ["profiles"])]
-    if p.training_s <= 0:
-        return [missing_input(
-            "comm", "Communication-bound (collectives, ZeRO fetches)",
-            "profiles hold no training-thread samples in the window (phase-tagged, from otel_gpu.training)",
-            ["training-thread profile samples"])]
+    profile_note = (f"profiles not checked: {w.profile_error}" if w.profile_error else
+                    "profiles not read (pass --pyroscope URL for the waiting functions)" if p is None else "")
+    m = _measured(w)
+    if m is None:
+        if p is None or p.training_s <= 0:
+            why = ["collective-wait metric"] + ([w.profile_error] if w.profile_error else ["profiles"] if p is None
+                                                else ["training-thread profile samples"])
+            return [_not_checked(w, why)]
+        return _from_profile(w, th)
+    floor, step, kinds = m
+    share = floor / step if step > 0 else 0.0
+    if share < t["wait_share_warning"]:
+        return []
+    busy, link_text = _link(w)
+    zero = p.uses_zero() if p is not None and p.training_s > 0 else kinds.get("all_gather", 0.0) >= 0.3 * floor
+    kind, space, tell = _bound(busy, t)
+    n = len([r for r in w.ranks if r.step_count > 0])
+    steps = statistics.median(r.step_count for r in w.ranks if r.step_count > 0)
+    lost = floor * steps * n
+    top = sorted(kinds.items(), key=lambda kv: -kv[1])[:4]
+    functions = ""
+    if p is not None and p.training_s > 0:
+        functions = "; where, from profiles: " + ", ".join(f"{fn} {fmt.pct(v)}" for fn, v in p.top_comm(4))
+    what = "ZeRO-3 communication wait" if zero else "communication wait"
+    return [Finding(
+        rule="comm",
+        title=f"{what}: every rank is blocked in collectives {fmt.pct(share)} of step time"
+              + (f" ({kind}-bound)" if kind != "unknown" else ""),
+        severity=severity_for(share, t["wait_share_warning"], t["wait_share_critical"]),
+        confidence="high" if busy is not None else "medium",
+        seen=f"the least-waiting rank is blocked {fmt.secs(floor)} of a {fmt.secs(step)} step in collectives ("
+             + ", ".join(f"{k.replace('_', '-')} {fmt.secs(v)}" for k, v in top) + f"){functions}; {link_text}"
+             + (f"; {profile_note}" if profile_note else ""),
+        why=f"ranks wait instead of computing: about {fmt.gpu_time(lost)}; overlapping communication with "
+            f"compute or moving fewer bytes recovers part of it",
+        action=_action(zero, kind, space, tell), lost_s=lost, lost_share=share,
+        basis="the least collective wait per step of any rank (what every rank waits; waits beyond it are "
+              "imbalance, see the straggler rule) x steps x ranks",
+        where={"ranks": sorted({r.rank for r in w.ranks if r.step_count > 0}, key=_rank_order)},
+        evidence={"wait_share": round(share, 4), "wait_per_step_s": round(floor, 6), "median_step_s": round(step, 6),
+                  "by_kind_s": {k: round(v, 6) for k, v in kinds.items()}, "link_busy": busy, "bound": kind,
+                  "zero": zero, "profile_source": p.source if p is not None else None,
+                  "top_functions": dict((fn, round(v, 4)) for fn, v in p.top_comm(4)) if p is not None else {}},
+        tune_space=space if zero else None,
+    )]
+
+
+def _rank_order(r: str):
+    return (int(r) if r.isdigit() else 1 << 30, r)
+
+
+def _bound(busy: float | None, t) -> tuple[str, dict, str]:
+    if busy is None:
+        return ("unknown", LATENCY_SPACE,
+                "without interconnect metrics latency- and bandwidth-bound cannot be told apart; ")
+    if busy >= t["link_busy"]:
+        return "bandwidth", BANDWIDTH_SPACE, "the link is near its limit: move fewer bytes; "
+    return "latency", LATENCY_SPACE, "the link has headroom: fewer, larger transfers; "
+
+
+def _action(zero: bool, kind: str, space: dict, tell: str) -> str:
+    if not zero:
+        return (f"{tell}larger gradient buckets (DDP bucket_cap_mb), overlap communication with compute, "
+                f"fewer synchronisations (gradient accumulation with no_sync)")
+    keys = ", ".join(k.split(".")[-1] for k, v in space["params"].items() if v is not False)
+    how = ("`otel-gpu tune --base-config ds.json --space space.json --command '...{config}...'` with the "
+           "suggested space (`otel-gpu diagnose --tune-space space.json` writes it)")
+    if kind == "bandwidth":
+        return (f"{tell}tune ZeRO-3 over {keys} (hpZ keeps gathers inside the node, quantized weights halve "
+                f"the bytes): {how}")
+    return f"{tell}tune ZeRO-3 over {keys}: {how}"
+
+
+def _from_profile(w: Window, th: Thresholds) -> list[Finding]:
+    """Without the collective-wait metric: the communication share of training-thread profile samples."""
+    t = th["comm"]
+    p = w.profile
     share = p.comm_share()
     if share < t["wait_share_warning"]:
         return []
     busy, link_text = _link(w)
     zero = p.uses_zero()
-    if busy is None:
-        kind, space = "unknown", LATENCY_SPACE
-        tell = "without interconnect metrics latency- and bandwidth-bound cannot be told apart; "
-    elif busy >= t["link_busy"]:
-        kind, space, tell = "bandwidth", BANDWIDTH_SPACE, "the link is near its limit: move fewer bytes; "
-    else:
-        kind, space, tell = "latency", LATENCY_SPACE, "the link has headroom: fewer, larger transfers; "
-    top = p.top_comm(4)
+    kind, space, tell = _bound(busy, t)
     per_group = {k: g.comm_s / g.training_s for k, g in p.groups.items() if g.training_s > 0}
-    spread = ""
-    if len(per_group) > 1:
-        lo, hi = min(per_group, key=per_group.get), max(per_group, key=per_group.get)
-        spread = f"; by {p.group_label}: {fmt.pct(per_group[lo])} ({lo}) to {fmt.pct(per_group[hi])} ({hi})"
     walls = [w.rank_wall_s(r) for r in w.ranks]
     base = sum(walls) if walls and sum(walls) > 0 else p.training_s
     lost = share * base
     what = "ZeRO-3 communication wait" if zero else "communication wait"
-    if zero:
-        keys = ", ".join(k.split(".")[-1] for k, v in space["params"].items() if v is not False)
-        how = ("`otel-gpu tune --base-config ds.json --space space.json --command '...{config}...'` with the "
-               "suggested space (`otel-gpu diagnose --tune-space space.json` writes it)")
-        action = (f"{tell}tune ZeRO-3 over {keys}: {how}" if kind != "bandwidth" else
-                  f"{tell}tune ZeRO-3 over {keys} (hpZ keeps gathers inside the node, quantized weights halve "
-                  f"the bytes): {how}")
-    else:
-        action = (f"{tell}larger gradient buckets (DDP bucket_cap_mb), overlap communication with compute, "
-                  f"fewer synchronisations (gradient accumulation with no_sync)")
     return [Finding(
         rule="comm",
-        title=f"{what} {'exceeds' if share > 0.5 else 'takes'} "
-              f"{'computation' if share > 0.5 else fmt.pct(share) + ' of training time'}"
+        title=f"{what}: {fmt.pct(share)} of training-thread samples in communication functions"
               + (f" ({kind}-bound)" if kind != "unknown" else ""),
         severity=severity_for(share, t["wait_share_warning"], t["wait_share_critical"]),
-        confidence="high" if busy is not None and p.training_s > 10 else "medium",
-        seen=f"{fmt.pct(share)} of training-thread samples in communication functions "
-             f"({', '.join(f'{fn} {fmt.pct(s)}' for fn, s in top)}){spread}; {link_text}",
-        why=f"ranks wait instead of computing: about {fmt.gpu_time(lost)} of {fmt.gpu_time(base)}",
-        action=action, lost_s=lost, lost_share=share,
-        basis="communication share of training-thread profile samples x the ranks' wall time",
+        confidence="low",
+        seen=f"{fmt.pct(share)} of the profile samples of training threads (phase-tagged, or inside a "
+             f"communication function) are inside communication functions "
+             f"({', '.join(f'{fn} {fmt.pct(v)}' for fn, v in p.top_comm(4))}); {link_text}; the ranks' collective "
+             f"wait was not measured, so imbalance (a straggler) cannot be told from communication cost",
+        why=f"ranks wait instead of computing: up to {fmt.gpu_time(lost)} of {fmt.gpu_time(base)}",
+        action=_action(zero, kind, space, tell), lost_s=lost, lost_share=share,
+        basis="communication share of training-thread profile samples (all ranks together) x the ranks' wall time; "
+              "includes waits caused by stragglers",
         where={p.group_label + "s": sorted(per_group)} if per_group else {},
-        evidence={"wait_share": round(share, 4), "top_functions": dict((fn, round(s, 4)) for fn, s in top),
+        evidence={"wait_share": round(share, 4), "top_functions": dict((fn, round(v, 4)) for fn, v in p.top_comm(4)),
                   "link_busy": busy, "bound": kind, "zero": zero, "profile_source": p.source,
-                  "per_group_share": {k: round(v, 4) for k, v in per_group.items()},
-                  "median_group_share": round(statistics.median(per_group.values()), 4) if per_group else None},
+                  "per_group_share": {k: round(v, 4) for k, v in per_group.items()}},
         tune_space=space if zero else None,
     )]

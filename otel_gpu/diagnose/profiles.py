@@ -155,12 +155,14 @@ class PyroscopeError(RuntimeError):
 
 
 def fetch_pyroscope(url: str, app: str, start: float, end: float, timeout: float = 10.0) -> ProfileSummary:
-    """Two flame graphs from Pyroscope's render API (`/pyroscope/render`): phase-tagged and all."""
+    """Two flame graphs from Pyroscope's render API (`GET /pyroscope/render`: `query`, `from`/`until` in unix
+    seconds, `format=json`, `maxNodes`; answer `{"flamebearer": {"names", "levels"}, "metadata", ...}`, as
+    Pyroscope 1.x's server API reference defines it): phase-tagged samples and all samples."""
     base = url.rstrip("/")
 
     def render(extra: str) -> Mapping:
         q = f'{CPU_PROFILE}{{service_name="{app}"{extra}}}'
-        params = {"query": q, "from": str(int(start)), "until": str(int(end)), "format": "json", "max-nodes": "8192"}
+        params = {"query": q, "from": str(int(start)), "until": str(int(end)), "format": "json", "maxNodes": "8192"}
         try:
             r = httpx.get(f"{base}/pyroscope/render", params=params, timeout=timeout)
         except httpx.HTTPError as exc:

@@ -116,6 +116,8 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
     st = f"max {by} ({steps})"
     counted = f"sum {by} ({selector(hist, job_sel, '_sum')})"
     last = lambda sel: f"last_over_time({sel}[{W}])"   # noqa: E731
+    coll = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel)
+    ckpt_end = selector(N.TRAIN_CHECKPOINTS.prometheus_name(), job_sel, otelgpu_checkpoint_event="end")
     return union({
         # counter increase = last value - value at the window start (absent: started inside), in Python
         "steps": f"sum {by} ({last(steps)})",
@@ -126,6 +128,13 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
         "step_count0": f"sum {by} ({selector(hist, job_sel, '_count')} offset {W})",
         "phase:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({last(phase)})",
         "phase0:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({phase} offset {W})",
+        # seconds blocked in collectives, by the phase they happened in ('' outside phases) and by kind
+        "coll:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({last(coll)})",
+        "coll0:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({coll} offset {W})",
+        "collkind:otelgpu_collective": f"sum by ({RANK_BY}, otelgpu_collective) ({last(coll)})",
+        "collkind0:otelgpu_collective": f"sum by ({RANK_BY}, otelgpu_collective) ({coll} offset {W})",
+        "saves": f"sum {by} ({last(ckpt_end)})",
+        "saves0": f"sum {by} ({ckpt_end} offset {W})",
         "n": f"max {by} (count_over_time({steps}[{W}]))",
         "t0": first_time(st, W, R),
         "t1": f"max {by} (timestamp({steps}))",   # exact while the series is alive at the window's end
@@ -198,3 +207,9 @@ def timeline(job_sel: str, agent_sel: str, smooth: float) -> str:
         "disk_write": f"sum(rate({selector(N.DISK_IO, agent_sel, disk_io_direction='write')}[{S}]))",
         "ib": f"max(sum by ({NODE_BY}) (rate({selector(N.IB_IO, agent_sel)}[{S}])))",
     })
+
+
+def checkpoint_times(job_sel: str, w: float) -> str:
+    """Every sample of the ranks' latest-save start/end times in the window (a range vector: one
+    distinct value per save seen)."""
+    return f"{selector(N.TRAIN_CHECKPOINT_LAST.prometheus_name(), job_sel)}[{dur(w)}]"

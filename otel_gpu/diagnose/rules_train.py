@@ -5,7 +5,7 @@ import statistics
 
 from . import fmt
 from . import timeseries as ts
-from .findings import Finding, severity_for
+from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
 from .window import RankStats, Window
 
@@ -39,7 +39,7 @@ def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
     n = max(len(w.ranks), 1)
     lost = ckpt * n   # synchronous training: every rank waits for the slowest save
     mask = ts.phase_mask(w.timeline, "checkpoint", PHASE_EPS)
-    saves = ts.events(w.timeline.t, mask, [1.0] * len(mask), w.step_s)
+    count, ranges, every, seen_note = _saves(worst, ts.events(w.timeline.t, mask, [1.0] * len(mask), w.step_s))
     details = []
     write_in, write_out = _during(w, mask, "disk_write")
     if write_in is not None and write_out is not None:
@@ -51,9 +51,6 @@ def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
         if act_in is not None and act_out:
             details.append(f"{sig[0]} {fmt.pct(act_in / act_out if sig[0] == 'step rate' else act_in)}"
                            f"{' of normal' if sig[0] == 'step rate' else ' vs ' + fmt.pct(act_out)} during saves")
-    every = None
-    if len(saves) >= 2:
-        every = statistics.median(b.start - a.start for a, b in zip(saves, saves[1:]))
     target = t["share_warning"] * 0.5
     advice = ["save asynchronously (torch.distributed.checkpoint.async_save, DeepSpeed's decoupled/Nebula "
               "checkpointing) so training continues while the shards are written",
@@ -67,31 +64,60 @@ def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
         severity=severity_for(share, t["share_warning"], t["share_critical"]),
         confidence="high" if len(w.ranks) and wall > 0 else "medium",
         seen=f"rank {worst.rank} on {worst.host} spent {fmt.secs(ckpt)} of {fmt.secs(wall)} saving checkpoints"
-             + (f" ({len(saves)} saves" + (f", one every {fmt.secs(every)}" if every else "") + ")" if saves else "")
-             + ("; " + "; ".join(details) if details else ""),
+             + (f" ({count:.0f} saves" + (f", one every {fmt.secs(every)}" if every else "") + ")" if count else "")
+             + seen_note + ("; " + "; ".join(details) if details else ""),
         why=f"in synchronous training every rank waits for the slowest save: about {fmt.gpu_time(lost)} "
             f"({fmt.pct(share)} of the job's time)",
         action="; ".join(advice),
         lost_s=lost, lost_share=share,
         basis="checkpoint phase seconds of the slowest rank x ranks, over that rank's wall time in the window",
         where={"ranks": [r.rank for r in ranks], "nodes": sorted({r.host for r in ranks})},
-        ranges=[(e.start, e.end) for e in saves],
+        ranges=ranges,
         evidence={"checkpoint_s": round(ckpt, 3), "wall_s": round(wall, 3), "share": round(share, 4),
-                  "saves": len(saves), "every_s": every, "disk_write_Bps_during": write_in,
+                  "saves": count, "every_s": every, "ranges_seen": len(ranges), "disk_write_Bps_during": write_in,
                   "disk_write_Bps_outside": write_out, "activity_during": act_in, "activity_outside": act_out},
     )]
 
 
+def _saves(r: RankStats, drops) -> tuple[float, list[tuple[float, float]], float | None, str]:
+    """(save count, (start, end) of the saves seen, seconds between save starts, a note) of rank `r`:
+    from its checkpoint events (count exact; each export shows the latest save's start and end), else
+    from the checkpoint-phase occupancy of the timeline (`drops`, approximate)."""
+    if r.saves is None:
+        ranges = [(e.start, e.end) for e in drops]
+        every = statistics.median(b[0] - a[0] for a, b in zip(ranges, ranges[1:])) if len(ranges) >= 2 else None
+        return float(len(ranges)), ranges, every, "; save times estimated from phase time (no checkpoint events)"
+    ranges = sorted(r.save_ranges)
+    every, note = None, ""
+    if len(ranges) >= 2:
+        gaps = [b[0] - a[0] for a, b in zip(ranges, ranges[1:])]
+        every = statistics.median(gaps) if len(ranges) == round(r.saves) else (ranges[-1][0] - ranges[0][0]) / max(1.0, r.saves - 1)
+    if len(ranges) < round(r.saves):
+        note = (f"; start and end times seen for {len(ranges)} of them (several saves ended within one export "
+                f"interval)")
+    return r.saves, ranges, every, note
+
+
 def input_bound(w: Window, th: Thresholds) -> list[Finding]:
-    """Data-wait share of step time; GPU idle while waiting; whether the CPU has capacity."""
+    """Data-wait share every rank pays (the least of the ranks': one rank's slower loader makes it a
+    straggler instead, see the straggler rule); GPU idle while waiting; whether the CPU has capacity."""
     t = th["input"]
-    ranks = [r for r in w.ranks if r.phases.get("data_wait", 0.0) > 0]
-    if not ranks:
+    if not w.ranks:
         return []
-    waited, share, worst = _share(w, w.ranks, "data_wait")
+    if not any("data_wait" in r.phases for r in w.ranks):
+        return [missing_input(
+            "input", "Input-bound (waiting for batches)",
+            "needs the data_wait phase: measured for DataLoader iteration under `otel-gpu run` / "
+            "`opentelemetry-instrument`, or `otel_gpu.training.phase('data_wait')` around your batch fetch",
+            ["data-wait phase"])]
+    shares = {r.rank: r.phases.get("data_wait", 0.0) / (w.rank_wall_s(r) or 1.0) for r in w.ranks}
+    least = min(shares, key=shares.get)
+    share = shares[least]
+    worst = max(w.ranks, key=lambda r: shares[r.rank])
+    worst_share = shares[worst.rank]
     if share < t["share_warning"] * 0.5:
         return []
-    worst_share = worst.phases.get("data_wait", 0.0) / (w.rank_wall_s(worst) or 1.0)
+    waited = sum(share * w.rank_wall_s(r) for r in w.ranks)
     cpus = [n.cpu_busy for n in w.nodes if n.cpu_busy is not None]
     cpu = max(cpus) if cpus else None
     if cpu is None:
@@ -110,20 +136,24 @@ def input_bound(w: Window, th: Thresholds) -> list[Finding]:
         util_in, util_out = _during(w, mask, "util")
         if util_in is not None and util_out is not None:
             gpu = f"; GPU utilization {fmt.pct(util_in)} while ranks wait for data vs {fmt.pct(util_out)} otherwise"
+    spread = (f" (rank {least} {fmt.pct(share)} to rank {worst.rank} on {worst.host} {fmt.pct(worst_share)})"
+              if len(w.ranks) > 1 else "")
     return [Finding(
         rule="input",
-        title=f"input-bound: ranks wait for data {fmt.pct(share)} of the time",
+        title=f"input-bound: {'every rank waits' if len(w.ranks) > 1 else 'the rank waits'} for data "
+              f"{fmt.pct(share)} of the time",
         severity=severity_for(share, t["share_warning"], t["share_critical"]),
         confidence="high",
-        seen=f"data_wait {fmt.secs(waited)} over {len(w.ranks)} rank(s), {fmt.pct(share)} of wall time "
-             f"(worst: rank {worst.rank} on {worst.host}, {fmt.pct(worst_share)}); {cpu_text}{gpu}",
+        seen=f"data_wait at least {fmt.pct(share)} of wall time on each of {len(w.ranks)} rank(s){spread}; "
+             f"{cpu_text}{gpu}",
         why=f"the GPU has nothing to do while a rank waits for its batch: about {fmt.gpu_time(waited)} "
             f"({fmt.pct(share)} of the job's time)",
         action=action, lost_s=waited, lost_share=share,
-        basis="data_wait phase seconds summed over ranks, over their wall time in the window",
-        where={"ranks": [r.rank for r in ranks], "nodes": sorted({r.host for r in ranks})},
-        evidence={"data_wait_s": round(waited, 3), "share": round(share, 4), "cpu_busy_max": cpu,
-                  "worst_rank": worst.rank, "worst_share": round(worst_share, 4)},
+        basis="the least data_wait share of any rank (what every rank pays; a rank waiting longer than the "
+              "others is a straggler) x each rank's wall time in the window",
+        where={"ranks": [r.rank for r in w.ranks], "nodes": sorted({r.host for r in w.ranks})},
+        evidence={"share": round(share, 4), "per_rank_share": {k: round(v, 4) for k, v in shares.items()},
+                  "cpu_busy_max": cpu, "worst_rank": worst.rank, "worst_share": round(worst_share, 4)},
     )]
 
 

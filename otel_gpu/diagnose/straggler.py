@@ -1,47 +1,37 @@
-"""Stragglers: the rank that arrives late at the step's synchronisation point.
+"""Stragglers: the rank the others wait for, named from measured waits.
 
-In synchronous training every rank's step takes as long as the slowest one: the others wait
-in the collective. So step times alone do not name the straggler; where the time goes does.
-Within a step, phases run in order (data_wait, forward, backward, optimizer, then anything
-else). The straggler is late at some phase boundary: its cumulative per-step time up to that
-phase exceeds the earliest rank's; the waiting ranks absorb that lateness later, inside the
-phase that holds the collective. Lateness = max over boundaries of (cumulative time - the
-earliest rank's). Unsynchronised ranks show it at the last boundary (their step time).
+In synchronous training every rank's step takes as long as the slowest one: the others wait in
+collectives. Each rank reports the seconds it was blocked in collectives inside its steps
+(`otelgpu.train.collective.time`). Per step, a rank's *busy* time is its step time minus that
+wait, minus checkpoint and eval time (their own rules). The straggler is the rank with the most
+busy time: its extra busy time (over the median of the others) is what the others wait for,
+wherever in the step it falls. Its busy time per phase (phase time minus the waits inside the
+phase; what no phase covers is "unphased") against the others' says which part of its step grew.
 """
 from __future__ import annotations
 
 import statistics
 
 from . import fmt
-from .findings import Finding, severity_for
+from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
 from .window import RankStats, Window
 
-STEP_ORDER = ("data_wait", "forward", "backward", "optimizer")
-OUTSIDE_STEP = ("checkpoint", "eval")   # not per step; their own rules
+OUTSIDE_STEP = ("checkpoint", "eval")   # not part of the per-step comparison: their own rules
+UNPHASED = "unphased"
+CAUSE = {"data_wait": "input (its own data loading)", "forward": "forward", "backward": "backward",
+         "optimizer": "optimizer", UNPHASED: "time outside any phase (its own code between or around the steps)"}
 
 
-def phase_order(ranks: list[RankStats]) -> list[str]:
-    seen = {p for r in ranks for p in r.phases if p not in OUTSIDE_STEP}
-    return [p for p in STEP_ORDER if p in seen] + sorted(seen - set(STEP_ORDER))
-
-
-def lateness(ranks: list[RankStats]) -> dict[str, tuple[float, str]]:
-    """rank -> (seconds late per step, the phase boundary where it is latest)."""
-    order = phase_order(ranks)
-    per_step: dict[str, list[float]] = {}
-    for r in ranks:
-        times = [r.phases.get(p, 0.0) / r.step_count for p in order]
-        rest = max(0.0, (r.mean_step_s or 0.0) - sum(times))
-        per_step[r.rank] = times + [rest]
-    bounds = order + ["end of step"]
-    cum = {k: [sum(v[: i + 1]) for i in range(len(v))] for k, v in per_step.items()}
-    earliest = [min(c[i] for c in cum.values()) for i in range(len(bounds))]
-    out = {}
-    for k, c in cum.items():
-        late = [c[i] - earliest[i] for i in range(len(bounds))]
-        i = max(range(len(bounds)), key=late.__getitem__)
-        out[k] = (late[i], bounds[i])
+def busy_per_step(r: RankStats) -> dict[str, float]:
+    """Seconds per step this rank was not waiting for peers, per phase (+ "unphased"); checkpoint
+    and eval left out. Needs `r.collective_s` and `r.step_count`."""
+    n = r.step_count
+    coll = r.collective_by_phase
+    out = {p: max(0.0, (s - coll.get(p, 0.0)) / n) for p, s in r.phases.items() if p not in OUTSIDE_STEP}
+    waited = sum(v for p, v in coll.items() if p not in OUTSIDE_STEP)   # waits inside those phases go with them
+    step = (r.step_time_s - waited - sum(r.phases.get(p, 0.0) for p in OUTSIDE_STEP)) / n
+    out[UNPHASED] = max(0.0, step - sum(out.values()))
     return out
 
 
@@ -75,41 +65,70 @@ def _causes(w: Window, r: RankStats) -> list[str]:
 
 
 def straggler(w: Window, th: Thresholds) -> list[Finding]:
-    """Name the rank (and node) that the others wait for, with candidate causes on its node."""
+    """Name the rank the others wait for (the most busy time per step), with the phase that grew and
+    candidate causes on its node."""
     t, sev = th["straggler"], th["severity"]
     ranks = [r for r in w.ranks if r.step_count > 0 and r.mean_step_s]
     if len(ranks) < 2:
         return []
-    late = lateness(ranks)
+    unmeasured = [r.rank for r in ranks if r.collective_s is None]
+    if unmeasured:
+        return [missing_input(
+            "straggler", "Stragglers",
+            "needs each rank's time blocked in collectives (otelgpu.train.collective.time): run the job under "
+            "`otel-gpu run` or `opentelemetry-instrument`, or import otel_gpu.training before the loop "
+            f"(missing for rank(s) {fmt.compact(unmeasured)})", ["collective-wait metric"])]
+    busy = {r.rank: busy_per_step(r) for r in ranks}
+    total = {k: sum(v.values()) for k, v in busy.items()}
+    wait = {r.rank: r.collective_s / r.step_count for r in ranks}
+    name = max(total, key=total.get)
+    others = [k for k in total if k != name]
+    ref = statistics.median(total[k] for k in others)
+    late = total[name] - ref
     step = statistics.median(r.mean_step_s for r in ranks)
-    name, (secs, where) = max(late.items(), key=lambda kv: kv[1][0])
-    if secs < t["lateness_min_s"] or secs < t["lateness_share"] * step:
+    if late < t["lateness_min_s"] or late < t["lateness_share"] * step:
         return []
     r = next(x for x in ranks if x.rank == name)
+    waited = statistics.median(wait[k] for k in others) - wait[name]   # what the others wait more than it
+    grew = {p: v - statistics.median(busy[k].get(p, 0.0) for k in others) for p, v in busy[name].items()}
+    phase = max(grew, key=grew.get)
     steps = statistics.median(x.step_count for x in ranks)
-    lost = secs * steps * (len(ranks) - 1)
-    share = secs / step
-    skew = max(x.mean_step_s for x in ranks) / min(x.mean_step_s for x in ranks) - 1
+    lost = late * steps * len(others)
+    share = late / step
     causes = _causes(w, r)
-    second = sorted(v[0] for k, v in late.items() if k != name)[-1]
+    consistent = waited >= 0.5 * late
+    per_rank = {k: {"busy_s": round(total[k], 6), "collective_wait_s": round(wait[k], 6)} for k in total}
+    table = "; ".join(f"rank {k}: busy {fmt.secs(total[k])}, waiting {fmt.secs(wait[k])}" for k in total)
     return [Finding(
         rule="straggler",
-        title=f"rank {name} on {r.host} is a straggler: {fmt.secs(secs)} late every step",
+        title=f"rank {name} on {r.host} is a straggler: the others wait {fmt.secs(late)} for it every step "
+              f"({CAUSE.get(phase, phase)})",
         severity=severity_for(share, sev["warning_share"], sev["critical_share"]),
-        confidence="high" if secs > 3 * second else "medium",
-        seen=f"rank {name} reaches the {where} boundary {fmt.secs(secs)} per step after the earliest rank "
-             f"(median step {fmt.secs(step)}; next-latest rank {fmt.secs(second)}); step-time skew across ranks "
-             f"{fmt.pct(skew)}" + (f"; on its node: {'; '.join(causes)}" if causes else "; no hardware anomaly seen on its node"),
-        why=f"the other {len(ranks) - 1} rank(s) wait for it in every collective: about {fmt.gpu_time(lost)} "
+        confidence="high" if consistent else "medium",
+        seen=f"per step (median step {fmt.secs(step)}): {table}. Rank {name} is busy {fmt.secs(late)} longer than the "
+             f"others and waits {fmt.secs(max(0.0, waited))} less in collectives; its {phase.replace('_', ' ')} time "
+             f"grew by {fmt.secs(grew[phase])}"
+             + (f"; on its node: {'; '.join(causes)}" if causes else "; no hardware anomaly seen on its node"),
+        why=f"the other {len(others)} rank(s) wait for it in every collective: about {fmt.gpu_time(lost)} "
             f"({fmt.pct(share)} of step time)",
-        action=("check the candidate causes on " + r.host + "; " if causes else "")
-               + f"compare rank {name}'s data shard and input pipeline with the others, and its GPU in a "
-                 f"profiler trace (`otel-gpu trace analyze`); if the node is at fault, drain it and restart "
-                 f"from the last checkpoint",
+        action=_action(name, r.host, phase, causes),
         lost_s=lost, lost_share=share,
-        basis="per-step lateness x steps x the other ranks (they wait for it)",
+        basis="busy time per step (step time minus collective wait, checkpoint and eval) of the straggler over the "
+              "others' median, x steps x the other ranks",
         where={"ranks": [name], "nodes": [r.host]},
-        evidence={"lateness_s": round(secs, 6), "boundary": where, "median_step_s": round(step, 6),
-                  "step_skew": round(skew, 4), "per_rank_lateness_s": {k: round(v[0], 6) for k, v in late.items()},
-                  "candidate_causes": causes},
+        evidence={"lateness_s": round(late, 6), "phase": phase, "phase_growth_s": round(grew[phase], 6),
+                  "median_step_s": round(step, 6), "per_rank": per_rank,
+                  "growth_by_phase_s": {k: round(v, 6) for k, v in grew.items()}, "candidate_causes": causes},
     )]
+
+
+def _action(rank: str, host: str, phase: str, causes: list[str]) -> str:
+    first = {
+        "data_wait": f"rank {rank}'s input pipeline is slower: check its data shard (sizes, decoding cost), its "
+                     "DataLoader workers and the storage it reads from",
+        UNPHASED: f"rank {rank} runs extra code outside the training phases (logging, metrics, host syncs, "
+                  "rank-0-only work): profile it (`otel-gpu run --pyroscope`) and move that work off the step",
+    }.get(phase, f"compare rank {rank}'s {phase} with the others' in a profiler trace (`otel-gpu trace analyze`)")
+    node = (f"; check the candidate causes on {host}" if causes else "") + \
+        "; if the node is at fault, drain it and restart from the last checkpoint"
+    return first + node

@@ -61,7 +61,8 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
         "activity_drop": (0.3, "GPU activity during eval this much below training: a drop"),
     },
     "comm": {
-        "wait_share_warning": (0.2, "share of training-thread samples waiting in communication: warning"),
+        "wait_share_warning": (0.2, "share of step time every rank is blocked in collectives (or, without that "
+                                    "metric, of training-thread profile samples in communication): warning"),
         "wait_share_critical": (0.4, "... critical"),
         "link_busy": (0.6, "interconnect throughput / link limit above this: bandwidth-bound"),
     },

@@ -39,6 +39,11 @@ class RankStats:
     last_t: float | None = None
     first_step_s: float | None = None  # time counted at the first point: steps, checkpoint and eval phases
     started: bool = False              # the step counter started inside the window
+    collective_s: float | None = None  # seconds blocked in collectives inside steps; None: not measured
+    collective_by_phase: dict[str, float] = field(default_factory=dict)  # phase ('' = none) -> seconds
+    collective_by_kind: dict[str, float] = field(default_factory=dict)   # all_gather, ... -> seconds
+    saves: float | None = None         # checkpoint saves that ended in the window (None: no counter)
+    save_ranges: list[tuple[float, float]] = field(default_factory=list)  # (start, end) unix s, of saves seen
 
     @property
     def mean_step_s(self) -> float | None:
@@ -110,6 +115,7 @@ class Window:
     nodes: list[NodeStats] = field(default_factory=list)
     timeline: Timeline = field(default_factory=Timeline)
     profile: Any = None          # profiles.ProfileSummary when profiles were read
+    profile_error: str | None = None  # why profiles could not be read (Pyroscope down, wrong API, ...)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -182,12 +188,47 @@ def parse_ranks(result: list[Series]) -> list[RankStats]:
                 x = _increase(v, k, "phase0_" + k[len("phase_"):])
                 if x is not None:
                     phases[k[len("phase_"):]] = x
+        coll, kinds = _tagged(v, "coll_", "coll0_"), _tagged(v, "collkind_", "collkind0_")
         out.append(RankStats(
             rank=rank, host=host, steps=_increase(v, "steps") or 0.0, step_time_s=_increase(v, "step_sum") or 0.0,
             step_count=_increase(v, "step_count") or 0.0, phases=phases,
             samples=int(v.get("n") or 0), first_t=v.get("t0"),
             last_t=v.get("t1") if v.get("t1") is not None else v.get("t1m"),
-            first_step_s=v.get("first_sum"), started=v.get("steps0") is None))
+            first_step_s=v.get("first_sum"), started=v.get("steps0") is None,
+            collective_s=sum(coll.values()) if coll else None, collective_by_phase=coll,
+            collective_by_kind=kinds, saves=_increase(v, "saves")))
+    return out
+
+
+def _tagged(v: dict[str, Any], prefix: str, start_prefix: str) -> dict[str, float]:
+    """Counter increases of one tagged family: {tag value: increase}."""
+    out = {}
+    for k in v:
+        if k.startswith(prefix):
+            x = _increase(v, k, start_prefix + k[len(prefix):])
+            if x is not None:
+                out[k[len(prefix):]] = x
+    return out
+
+
+def parse_save_ranges(result: list[Series], start: float, end: float) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """(host, rank) -> (start, end) of each save seen in the window, from the samples of the ranks'
+    latest-save start/end times: each distinct end is one save, paired with the latest start before it."""
+    starts: dict[tuple[str, str], set[float]] = {}
+    ends: dict[tuple[str, str], set[float]] = {}
+    for s in result:
+        key = (s.labels.get("host_name", ""), s.labels.get("otelgpu_rank", ""))
+        into = ends if s.labels.get("otelgpu_checkpoint_event") == "end" else starts
+        into.setdefault(key, set()).update(v for _, v in s.points if math.isfinite(v))
+    out = {}
+    for key, done in ends.items():
+        begun = sorted(starts.get(key, ()))
+        ranges = []
+        for e in sorted(done):
+            b = [x for x in begun if x <= e]
+            if b and e >= start and b[-1] <= end:
+                ranges.append((b[-1], e))
+        out[key] = ranges
     return out
 
 
@@ -328,6 +369,10 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
     for x in [*w.ranks, *w.gpus]:   # a series that ended before the window did: its last point from its count
         if x.last_t is None and x.first_t is not None and x.samples:
             x.last_t = x.first_t + (x.samples - 1) * w.interval_s
+    if any(r.saves for r in w.ranks):
+        ranges = parse_save_ranges(client.query(Qb.checkpoint_times(job_sel, dur), time=end), start, end)
+        for r in w.ranks:
+            r.save_ranges = ranges.get((r.host, r.rank), [])
     w.step_s = res
     smooth = res + 2 * w.interval_s
     w.timeline = parse_timeline(client.query_range(Qb.timeline(job_sel, agent_sel, smooth), start, end, res),

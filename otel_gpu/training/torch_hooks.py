@@ -6,8 +6,9 @@ boundaries only while no higher integration (HF Trainer, Lightning, DeepSpeed,
 `training.step()`) owns them: those call the optimizer themselves.
 
 Whoever owns the steps, `torch.autograd.backward` (what `loss.backward()` calls) is the
-"backward" phase and getting the next batch from a DataLoader is the "data_wait" phase
-(not inside "eval": evaluation batches stay eval time).
+"backward" phase, getting the next batch from a DataLoader is the "data_wait" phase (not
+inside "eval": evaluation batches stay eval time) and `torch.save` is a checkpoint save
+(the frameworks' own save functions, which call it, are one save).
 """
 from __future__ import annotations
 
@@ -60,12 +61,15 @@ def _patch(owner, attr: str, name: str, unless: str | None = None) -> None:
 
 
 def install_phases() -> None:
-    """data_wait around DataLoader iteration, backward around `torch.autograd.backward`."""
+    """data_wait around DataLoader iteration, backward around `torch.autograd.backward`, checkpoint
+    around `torch.save`."""
+    import torch
     import torch.autograd
     from torch.utils.data import dataloader
 
     _patch(dataloader._BaseDataLoaderIter, "__next__", "data_wait", unless="eval")
     _patch(torch.autograd, "backward", "backward")
+    _patch(torch, "save", "checkpoint")
 
 
 def install() -> bool:
