@@ -213,3 +213,20 @@ def checkpoint_times(job_sel: str, w: float) -> str:
     """Every sample of the ranks' latest-save start/end times in the window (a range vector: one
     distinct value per save seen)."""
     return f"{selector(N.TRAIN_CHECKPOINT_LAST.prometheus_name(), job_sel)}[{dur(w)}]"
+
+
+def rank_busy(job_sel: str, smooth: float) -> str:
+    """Per rank over time (range query): the increase, over `smooth` seconds, of step time, steps, seconds
+    blocked in collectives (outside checkpoint/eval) and checkpoint/eval phase seconds, from which
+    `window.parse_busy` makes busy seconds per step at each point."""
+    S = dur(smooth)
+    by = f"by ({RANK_BY})"
+    hist = N.TRAIN_STEP_DURATION.prometheus_name()
+    coll = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel, otelgpu_phase="!~checkpoint|eval")
+    outside = selector(N.TRAIN_PHASE_TIME.prometheus_name(), job_sel, otelgpu_phase="~checkpoint|eval")
+    return union({
+        "bsum": f"sum {by} (increase({selector(hist, job_sel, '_sum')}[{S}]))",
+        "bcount": f"sum {by} (increase({selector(hist, job_sel, '_count')}[{S}]))",
+        "bcoll": f"sum {by} (increase({coll}[{S}]))",
+        "bout": f"sum {by} (increase({outside}[{S}]))",
+    })

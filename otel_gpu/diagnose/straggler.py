@@ -19,6 +19,7 @@ from .window import RankStats, Window
 
 OUTSIDE_STEP = ("checkpoint", "eval")   # not part of the per-step comparison: their own rules
 UNPHASED = "unphased"
+MIN_POINTS = 3   # points in time needed to judge whether the same rank stays the busiest
 CAUSE = {"data_wait": "input (its own data loading)", "forward": "forward", "backward": "backward",
          "optimizer": "optimizer", UNPHASED: "time outside any phase (its own code between or around the steps)"}
 
@@ -89,6 +90,9 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
     if late < t["lateness_min_s"] or late < t["lateness_share"] * step:
         return []
     r = next(x for x in ranks if x.rank == name)
+    held, points = consistency(w.busy, name)
+    if points >= MIN_POINTS and held < th["straggler"]["consistency"]:
+        return [_inconsistent(name, late, step, held, points)]
     waited = statistics.median(wait[k] for k in others) - wait[name]   # what the others wait more than it
     grew = {p: v - statistics.median(busy[k].get(p, 0.0) for k in others) for p, v in busy[name].items()}
     phase = max(grew, key=grew.get)
@@ -101,10 +105,10 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
     table = "; ".join(f"rank {k}: busy {fmt.secs(total[k])}, waiting {fmt.secs(wait[k])}" for k in total)
     return [Finding(
         rule="straggler",
-        title=f"rank {name} on {r.host} is a straggler: the others wait {fmt.secs(late)} for it every step "
-              f"({CAUSE.get(phase, phase)})",
+        title=f"rank {name} on {r.host} is a straggler: {fmt.secs(grew[phase])} more per step in "
+              f"{CAUSE.get(phase, phase)}; the others wait {fmt.secs(late)} per step for it",
         severity=severity_for(share, sev["warning_share"], sev["critical_share"]),
-        confidence="high" if consistent else "medium",
+        confidence="high" if consistent and points >= MIN_POINTS else "medium",
         seen=f"per step (median step {fmt.secs(step)}): {table}. Rank {name} is busy {fmt.secs(late)} longer than the "
              f"others and waits {fmt.secs(max(0.0, waited))} less in collectives; its {phase.replace('_', ' ')} time "
              f"grew by {fmt.secs(grew[phase])}"
@@ -114,12 +118,46 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
         action=_action(name, r.host, phase, causes),
         lost_s=lost, lost_share=share,
         basis="busy time per step (step time minus collective wait, checkpoint and eval) of the straggler over the "
-              "others' median, x steps x the other ranks",
+              "others' median, x steps x the other ranks"
+              + (f"; the busiest rank at {fmt.pct(held, 0)} of {points} points in time" if points else ""),
         where={"ranks": [name], "nodes": [r.host]},
-        evidence={"lateness_s": round(late, 6), "phase": phase, "phase_growth_s": round(grew[phase], 6),
+        evidence={"lateness_s": round(late, 6), "phase": phase, "consistency": round(held, 3), "points": points, "phase_growth_s": round(grew[phase], 6),
                   "median_step_s": round(step, 6), "per_rank": per_rank,
                   "growth_by_phase_s": {k: round(v, 6) for k, v in grew.items()}, "candidate_causes": causes},
     )]
+
+
+def consistency(busy: dict[str, list[float | None]], name: str) -> tuple[float, int]:
+    """(share of the points in time at which rank `name` is the busiest, points with every rank's value)."""
+    if name not in busy or len(busy) < 2:
+        return 0.0, 0
+    held = points = 0
+    for i in range(min(len(v) for v in busy.values())):
+        row = {k: v[i] for k, v in busy.items()}
+        if any(v is None for v in row.values()):
+            continue
+        points += 1
+        if max(row, key=row.get) == name:
+            held += 1
+    return (held / points if points else 0.0), points
+
+
+def _inconsistent(name: str, late: float, step: float, held: float, points: int) -> Finding:
+    return Finding(
+        rule="straggler",
+        title=f"no consistent straggler: rank {name} is busiest on average ({fmt.secs(late)} per step) but only at "
+              f"{fmt.pct(held, 0)} of the window's points in time",
+        severity="info", confidence="medium",
+        seen=f"rank {name}'s busy time per step exceeds the others' median by {fmt.secs(late)} "
+             f"({fmt.pct(late / step if step else 0.0)} of the step) over the window, yet it is the busiest rank at "
+             f"only {fmt.pct(held, 0)} of {points} points in time",
+        why="a rank that holds the others back is slower all the time; a difference that moves between ranks is "
+            "noise (other processes on the hosts, uneven collectives), not one rank to fix",
+        action="nothing to fix on one rank; if the step time matters, look at the communication and host findings",
+        basis="busy time per step per rank over time (range query); the straggler must be the busiest rank at "
+              "most points",
+        where={"ranks": [name]},
+        evidence={"lateness_s": round(late, 6), "consistency": round(held, 3), "points": points})
 
 
 def _action(rank: str, host: str, phase: str, causes: list[str]) -> str:

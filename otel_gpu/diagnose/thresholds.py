@@ -49,6 +49,7 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
     "straggler": {
         "lateness_share": (0.05, "a rank arriving this share of the step time late is a straggler"),
         "lateness_min_s": (0.002, "... and at least this late per step (seconds)"),
+        "consistency": (0.6, "... and the busiest rank at least this share of the window's points in time"),
     },
     "periodic": {
         "drop_fraction": (0.5, "activity below this fraction of the window's median is a drop"),

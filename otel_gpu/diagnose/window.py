@@ -116,6 +116,7 @@ class Window:
     timeline: Timeline = field(default_factory=Timeline)
     profile: Any = None          # profiles.ProfileSummary when profiles were read
     profile_error: str | None = None  # why profiles could not be read (Pyroscope down, wrong API, ...)
+    busy: dict[str, list[float | None]] = field(default_factory=dict)  # rank -> busy s per step, on timeline.t
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -377,7 +378,32 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
     smooth = res + 2 * w.interval_s
     w.timeline = parse_timeline(client.query_range(Qb.timeline(job_sel, agent_sel, smooth), start, end, res),
                                 start, end, res, ranks=max(1, len(w.ranks)))
+    if len(w.ranks) > 1 and all(r.collective_s is not None for r in w.ranks):
+        w.busy = parse_busy(client.query_range(Qb.rank_busy(job_sel, smooth), start, end, res), w.timeline.t)
     return w
+
+
+def parse_busy(result: list[Series], grid: list[float]) -> dict[str, list[float | None]]:
+    """rank -> busy seconds per step at each grid point: (step time - collective wait - checkpoint and
+    eval time) / steps over the smoothing range; None where the rank completed no step."""
+    step = grid[1] - grid[0] if len(grid) > 1 else 1.0
+    parts: dict[str, dict[str, dict[int, float]]] = {}
+    for s in result:   # points keyed by grid index (the server's timestamps are the grid's, up to rounding)
+        rank = s.labels.get("otelgpu_rank", "")
+        parts.setdefault(rank, {})[s.labels.get(Qb.Q, "")] = {int(round((t - grid[0]) / step)): v for t, v in s.points}
+    out = {}
+    for rank, p in parts.items():
+        values: list[float | None] = []
+        for t in range(len(grid)):
+            n = p.get("bcount", {}).get(t)
+            total = p.get("bsum", {}).get(t)
+            if not n or n <= 0 or total is None or not math.isfinite(total):
+                values.append(None)
+                continue
+            waited = p.get("bcoll", {}).get(t, 0.0) + p.get("bout", {}).get(t, 0.0)
+            values.append(max(0.0, (total - waited) / n))
+        out[rank] = values
+    return out
 
 
 def only_job(client: PromClient, end: float, dur: float) -> str | None:

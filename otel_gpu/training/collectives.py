@@ -9,8 +9,9 @@ What is measured (host wall clock, on the thread that blocks), inside counted st
   hook that does what DDP does without one (divide by the world size, all-reduce).
 A synchronous call waits on its own Work inside, and some collectives call others: nested calls count once.
 
-On CUDA with NCCL the calls and `Work.wait()` return at once (the GPU stream waits, not the host):
-there this measures launch time only; docs/diagnose.md says how GPU jobs are diagnosed.
+With NCCL (CUDA) the calls and `Work.wait()` return at once: the GPU stream waits, not the host.
+Host timing would report near-zero waits there, a silent wrong number, so a process whose default
+group is NCCL reports no collective wait at all and the rules say "not checked" (docs/diagnose.md).
 """
 from __future__ import annotations
 
@@ -49,6 +50,21 @@ def _inside() -> bool:
     return getattr(_local, "inside", False)
 
 
+_host_blocking: list[bool] = []   # [answer] once known: does this process's default group block the host?
+
+
+def host_blocking() -> bool:
+    """False when the default process group is NCCL (collectives return before the GPU has waited)."""
+    if _host_blocking:
+        return _host_blocking[0]
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return True
+    _host_blocking.append("nccl" not in str(dist.get_backend()).lower())
+    return _host_blocking[0]
+
+
 def _timed(fn, kind: str, work_type):
     """`fn` timed as `kind`; a Work it returns remembers the kind for its wait()."""
 
@@ -57,7 +73,7 @@ def _timed(fn, kind: str, work_type):
         if _inside():
             return fn(*args, **kwargs)
         t = session.timer()
-        if t is None or t.broken:
+        if t is None or t.broken or not host_blocking():
             return fn(*args, **kwargs)
         _local.inside = True
         t0 = time.perf_counter()
@@ -83,7 +99,7 @@ def _timed_wait(original):
         if _inside():
             return original(self, *args, **kwargs)
         t = session.timer()
-        if t is None or t.broken:
+        if t is None or t.broken or not host_blocking():
             return original(self, *args, **kwargs)
         _local.inside = True
         t0 = time.perf_counter()
@@ -185,7 +201,7 @@ def _patch_ddp(ddp_class) -> None:
             t = session.timer()
             if t is None:
                 return original(self, *args, **kwargs)
-            if not getattr(self, "_otelgpu_hooked", False):
+            if not getattr(self, "_otelgpu_hooked", False) and host_blocking():
                 self._otelgpu_hooked = True
                 try:
                     self.register_comm_hook(self.process_group, default_hooks.allreduce_hook)
@@ -232,3 +248,4 @@ def uninstall() -> None:
         owner, name, original = _installed.pop()
         setattr(owner, name, original)
     _pending.clear()
+    _host_blocking.clear()

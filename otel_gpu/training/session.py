@@ -124,7 +124,9 @@ class OtelSink:
         pending = self._pending
         while pending:   # deque append/popleft are thread-safe: no step is lost or counted twice
             self._duration.record(pending.popleft(), self.attrs)
-        return [Observation(self.steps, self.attrs)]
+        # the series starts with the first step: a session opened early (a collective during set-up)
+        # must not stretch the rank's wall time back to its set-up
+        return [Observation(self.steps, self.attrs)] if self.steps else []
 
     def _observe_samples(self, options):
         return [Observation(self.samples, self.attrs)] if self.samples else []

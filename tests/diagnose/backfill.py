@@ -76,7 +76,8 @@ class SyntheticJob:
     """A data-parallel job: `nodes` x `gpus_per_node` ranks, one per GPU, sampled every `interval` s.
 
     Injected: checkpoints every `ckpt_every` s lasting `ckpt_s` (no steps, GPUs idle, disk writes);
-    rank `straggler` `straggler_extra` s late in forward every step (the others wait in backward),
+    rank `straggler` `straggler_extra` s late in forward every step (the others wait for it in their
+    backward all-reduce, on top of the `comm_s` every rank waits there),
     its GPU thermally throttled at `throttled_clock_hz`; SM activity `sm` behind utilization `util`.
     """
     job: str = "synthetic"
@@ -91,6 +92,7 @@ class SyntheticJob:
                                                   ("optimizer", 0.16))
     straggler: int | None = 5
     straggler_extra: float = 0.25
+    comm_s: float = 0.05          # seconds every rank waits in all-reduce per step (inside backward)
     util: float = 0.97
     sm: float = 0.30
     clock_hz: float = 1.98e9
@@ -189,6 +191,12 @@ class SyntheticJob:
         for n, g, r in ranks:
             om.series("otelgpu_train_step_duration_seconds_count", rank_labels(n, r), ts, cumulative(step_rate, dt))
             om.series("otelgpu_train_step_duration_seconds_sum", rank_labels(n, r), ts, cumulative(busy, dt))
+        om.family("otelgpu_train_collective_time_seconds", "counter")
+        for n, g, r in ranks:
+            per_step = self.comm_s + (extra if r != slow else 0.0)
+            om.series("otelgpu_train_collective_time_seconds_total",
+                      {**rank_labels(n, r), "otelgpu_collective": "all_reduce", "otelgpu_phase": "backward"}, ts,
+                      cumulative([x * per_step for x in step_rate], dt))
         om.family("otelgpu_train_phase_time_seconds", "counter")
         for n, g, r in ranks:
             for phase, secs in self.step_phases:

@@ -25,7 +25,7 @@ def test_synthetic_job_findings_match_the_injected_truth(backfilled):
     truth = job.truth()
     with PromClient(backfilled.prometheus.url) as client:
         report = diagnose(client, job.job, job.start, job.end)
-    assert report.queries["queries"] == 4          # ranks, GPUs, nodes, one timeline
+    assert report.queries["queries"] == 5          # ranks, GPUs, nodes, one timeline, busy time per rank
     w = report.window
     assert (len(w.ranks), len(w.gpus), len(w.nodes)) == (8, 8, 2)
     assert w.interval_s == pytest.approx(5.0, abs=0.05)
@@ -39,7 +39,7 @@ def test_synthetic_job_findings_match_the_injected_truth(backfilled):
     (st,) = found["straggler"]
     assert st.where == {"ranks": [str(truth["straggler"])], "nodes": [truth["straggler_host"]]}
     assert st.evidence["lateness_s"] == pytest.approx(job.straggler_extra, rel=0.02)
-    assert st.evidence["boundary"] == "forward"
+    assert st.evidence["phase"] == "forward" and st.evidence["consistency"] >= 0.9
     causes = " ".join(st.evidence["candidate_causes"])
     assert "hw_thermal_slowdown" in causes and "InfiniBand port errors on node-01" in causes
 
@@ -50,8 +50,9 @@ def test_synthetic_job_findings_match_the_injected_truth(backfilled):
     assert per.evidence["matched_phase"] == "checkpoint"
     (th,) = found["throttle"]
     assert th.where["gpus"] == ["node-01/gpu1"] and th.where["ranks"] == ["5"]
-    assert [f.rule for f in report.findings][-1] == "comm"      # no profiles: said, and ranked last
-    assert report.findings[-1].missing == ["profiles"]
+    assert "comm" not in found          # every rank waits 4% of its step in all-reduce: below the threshold
+    missing = [bool(f.missing) for f in report.findings]
+    assert missing == sorted(missing)   # what could not be checked is listed last
 
 
 def test_clean_job_has_nothing_above_info(backfilled):

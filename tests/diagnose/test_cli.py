@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -24,10 +25,10 @@ def test_text_json_and_markdown_outputs(backfilled, tmp_path, capsys):
     js, md = tmp_path / "r.json", tmp_path / "r.md"
     assert main(synth_args(backfilled, "--json", str(js), "--markdown", str(md))) == 0
     text = capsys.readouterr().out
-    assert text.startswith("otel-gpu diagnose: job synth") and "4 PromQL queries" in text
+    assert text.startswith("otel-gpu diagnose: job synth") and "5 PromQL queries" in text
     assert "1. [CRITICAL]" in text and "rank 5 on node-01 is a straggler" in text
     d = json.loads(js.read_text())
-    assert d["job"] == "synth" and d["worst_severity"] == "critical" and d["queries"]["queries"] == 4
+    assert d["job"] == "synth" and d["worst_severity"] == "critical" and d["queries"]["queries"] == 5
     lost = [f["lost_s"] for f in d["findings"] if not f["missing"]]
     assert lost == sorted(lost, reverse=True)                      # ranked by time at stake
     assert {"rule", "seen", "why", "action", "confidence", "lost_share", "basis", "where", "ranges"} <= set(d["findings"][0])
@@ -35,7 +36,8 @@ def test_text_json_and_markdown_outputs(backfilled, tmp_path, capsys):
     back = findings_from_dicts(d["findings"])
     assert [f.title for f in back] == [f["title"] for f in d["findings"]] and back[0].as_dict() == d["findings"][0]
     m = md.read_text()
-    assert m.startswith("# otel-gpu diagnosis: synth") and "| 1 | critical |" in m and "## Not checked" in m
+    assert m.startswith("# otel-gpu diagnosis: synth") and "| 1 | critical |" in m
+    assert ("## Not checked" in m) == any(f["missing"] for f in d["findings"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "r.md"]   # no temporary files left
 
 
@@ -115,3 +117,58 @@ def test_without_job_several_jobs_are_named(backfilled, capsys):
     err = capsys.readouterr().err
     assert rc == 1 and err.count("\n") == 1
     assert "2 jobs have step metrics in the window (clean, synth): pass --job" in err
+
+
+class _Pyroscope:
+    """A server at the Pyroscope URL that answers the render query badly: 500, a hang, or not Pyroscope."""
+
+    def __init__(self, mode: str):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        release = self.release = threading.Event()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if mode == "hang":
+                    release.wait(30)
+                    return
+                body = b"<html>not pyroscope</html>"
+                self.send_response(500 if mode == "500" else 200)
+                self.send_header("content-type", "text/html")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("mode, reason", [("down", "unreachable"), ("500", "HTTP 500"), ("hang", "unreachable"),
+                                          ("wrong", "without a flame graph")])
+def test_pyroscope_failures_still_print_the_metric_findings(backfilled, capsys, mode, reason):
+    server = None if mode == "down" else _Pyroscope(mode)
+    url = server.url if server else f"http://127.0.0.1:{free_port()}"
+    try:
+        t0 = time.monotonic()
+        assert main(synth_args(backfilled, "--pyroscope", url, "--json", "-", "--timeout", "2")) == 0
+        took = time.monotonic() - t0
+    finally:
+        if server:
+            server.close()
+    out, err = capsys.readouterr()
+    d = json.loads(out)
+    assert f"profiles not checked: Pyroscope at {url}" in err and reason in err
+    assert any(f["rule"] == "straggler" and f["severity"] == "critical" for f in d["findings"])   # metrics still diagnosed
+    assert any(n.startswith("profiles not checked: Pyroscope at") for n in d["notes"])
+    assert took < 15, took   # a hanging Pyroscope costs its timeout, not the whole diagnosis

@@ -10,7 +10,7 @@ from otel_gpu.diagnose.periodic import periodic_stalls
 from otel_gpu.diagnose.profiles import from_samples
 from otel_gpu.diagnose.rules_gpu import memory_pressure, sm_idle, throttling
 from otel_gpu.diagnose.rules_train import checkpoint, eval_and_epochs, input_bound
-from otel_gpu.diagnose.straggler import lateness, straggler
+from otel_gpu.diagnose.straggler import straggler
 from otel_gpu.diagnose.thresholds import Thresholds
 from otel_gpu.diagnose.window import Timeline
 
@@ -112,39 +112,80 @@ def test_checkpoint_saves_from_the_timeline_and_advice():
 def test_input_bound_cpu_saturated_or_not():
     ranks = [rank(0, data_wait=30.0), rank(1, data_wait=24.0)]
     f = only(input_bound(window(ranks=ranks, nodes=[node(cpu_busy=0.95)]), TH))
-    assert f.lost_share == pytest.approx(54 / 240) and f.severity == "critical"
+    assert f.lost_share == pytest.approx(24 / 120) and f.severity == "critical"   # what every rank pays
+    assert f.lost_s == pytest.approx(0.2 * 240)
     assert "saturated" in f.seen and f.evidence["worst_rank"] == "0"
     f = only(input_bound(window(ranks=ranks, nodes=[node(cpu_busy=0.3)]), TH))
     assert "has capacity" in f.seen and "num_workers" in f.action
     assert input_bound(window(ranks=[rank(0, data_wait=0.5)]), TH) == []
 
 
+def test_one_slow_loader_is_not_input_bound_for_the_job():
+    # rank 1 waits 30 s for data, rank 0 none: rank 0 waits for rank 1 in collectives instead (a straggler)
+    ranks = [rank(0, data_wait=0.0, forward=30.0, waits={"backward": 30.0}), rank(1, data_wait=30.0, forward=30.0, waits={})]
+    assert input_bound(window(ranks=ranks), TH) == []
+    f = only(straggler(window(ranks=ranks), TH))
+    assert f.where["ranks"] == ["1"] and f.evidence["phase"] == "data_wait" and "input" in f.title
+
+
+def test_input_rule_says_when_no_data_wait_is_measured():
+    f = only(input_bound(window(ranks=[rank(0, forward=30.0)]), TH))
+    assert f.severity == "info" and f.missing == ["data-wait phase"] and "not checked" in f.title
+
+
 # ---- stragglers ------------------------------------------------------------------------------
 
-def test_straggler_is_the_rank_late_before_the_collective():
-    fast = rank(0, host="n0", forward=30.0, backward=60.0, optimizer=10.0)   # waits 10 s in backward
-    slow = rank(1, host="n1", forward=40.0, backward=50.0, optimizer=10.0)   # 0.1 s late per step
-    assert lateness([fast, slow])["1"] == (pytest.approx(0.1), "forward")
-    assert lateness([fast, slow])["0"][0] == pytest.approx(0.0)
+def test_straggler_named_from_measured_waits():
+    fast = rank(0, host="n0", forward=30.0, backward=60.0, optimizer=10.0, waits={"backward": 10.0})
+    slow = rank(1, host="n1", forward=40.0, backward=50.0, optimizer=10.0, waits={})   # 0.1 s more per step
     w = window(ranks=[fast, slow], gpus=[gpu(0, host="n0"), gpu(1, host="n1", clock_hz=1.6e9)],
                nodes=[node("n0"), node("n1", ib_errors=12.0)])
     f = only(straggler(w, TH))
     assert f.where == {"ranks": ["1"], "nodes": ["n1"]}
+    assert f.evidence["lateness_s"] == pytest.approx(0.1) and f.evidence["phase"] == "forward"
+    assert f.evidence["per_rank"]["0"]["collective_wait_s"] == pytest.approx(0.1)
     causes = " ".join(f.evidence["candidate_causes"])
     assert "n1/gpu1 SM clock 1600 MHz" in causes and "12 InfiniBand port errors on n1" in causes
     assert f.lost_s == pytest.approx(0.1 * 100 * 1)
 
 
+def test_unphased_time_on_one_rank_is_not_blamed_on_the_rank_that_waits():
+    # rank 1 spends 0.2 s per step outside any phase; rank 0 waits for it in the forward all-gather,
+    # so rank 0's forward phase is the longer one: phase positions would name rank 0
+    waiting = rank(0, forward=50.0, backward=30.0, waits={"forward": 20.0}, step_s=0.8)
+    late = rank(1, forward=30.0, backward=30.0, waits={}, step_s=0.8)
+    f = only(straggler(window(ranks=[waiting, late]), TH))
+    assert f.where["ranks"] == ["1"] and f.evidence["phase"] == "unphased"
+    assert f.evidence["lateness_s"] == pytest.approx(0.2)
+
+
 def test_no_straggler_when_ranks_agree():
-    ranks = [rank(i, forward=30.0, backward=60.0) for i in range(4)]
+    ranks = [rank(i, forward=30.0, backward=60.0, waits={"backward": 5.0}) for i in range(4)]
     assert straggler(window(ranks=ranks), TH) == []
     assert straggler(window(ranks=ranks[:1]), TH) == []
 
 
-def test_unsynchronised_slow_rank_shows_at_end_of_step():
-    ranks = [rank(0, step_s=1.0, forward=100.0), rank(1, step_s=1.5, forward=100.0)]
+def test_straggler_not_checked_without_collective_wait():
+    ranks = [rank(0, forward=30.0), rank(1, forward=40.0)]
     f = only(straggler(window(ranks=ranks), TH))
-    assert f.where["ranks"] == ["1"] and f.evidence["boundary"] == "end of step"
+    assert f.severity == "info" and f.missing == ["collective-wait metric"] and "not checked" in f.title
+
+
+def test_a_difference_that_moves_between_ranks_is_noise():
+    ranks = [rank(0, forward=30.0, waits={"backward": 10.0}), rank(1, forward=40.0, waits={})]
+    w = window(ranks=ranks)
+    w.busy = {"0": [0.9, 1.0, 0.8, 1.0, 0.85, 1.0], "1": [1.0, 0.9, 1.0, 0.9, 1.0, 0.95]}   # rank 1 busiest 3 of 6
+    f = only(straggler(w, TH))
+    assert f.severity == "info" and "no consistent straggler" in f.title and f.evidence["consistency"] == 0.5
+    w.busy = {"0": [0.9] * 6, "1": [1.0] * 6}
+    f = only(straggler(w, TH))
+    assert f.severity != "info" and f.evidence["consistency"] == 1.0 and f.confidence == "high"
+
+
+def test_unsynchronised_slow_rank_is_busier():
+    ranks = [rank(0, step_s=1.0, forward=100.0, waits={}), rank(1, step_s=1.5, forward=100.0, waits={})]
+    f = only(straggler(window(ranks=ranks), TH))
+    assert f.where["ranks"] == ["1"] and f.evidence["phase"] == "unphased"
 
 
 # ---- periodic stalls -------------------------------------------------------------------------
@@ -198,13 +239,14 @@ def _profile(comm: float, compute: float, idle: float = 50.0):
     ])
 
 
-def test_comm_bound_latency_vs_bandwidth():
+def test_comm_bound_from_profiles_alone_says_its_basis():
     p = _profile(comm=60.0, compute=40.0)
     assert p.training_s == pytest.approx(100.0) and p.comm_share() == pytest.approx(0.6)
     slow_link = window(ranks=[rank(0)], nodes=[node(link_Bps=6e9, link_limit_Bps=25e9, link_kind="infiniband")])
     slow_link.profile = p
     f = only(comm_bound(slow_link, TH))
-    assert f.severity == "critical" and "ZeRO-3" in f.title and "exceeds computation" in f.title
+    assert f.severity == "critical" and "ZeRO-3" in f.title and f.confidence == "low"
+    assert "not measured" in f.seen and "includes waits caused by stragglers" in f.basis
     assert f.evidence["bound"] == "latency" and f.tune_space == LATENCY_SPACE
     assert "otel-gpu tune" in f.action and "6.0 GB/s of 25.0 GB/s" in f.seen
     busy_link = window(ranks=[rank(0)], nodes=[node(link_Bps=23e9, link_limit_Bps=25e9, link_kind="infiniband")])
@@ -212,8 +254,23 @@ def test_comm_bound_latency_vs_bandwidth():
     assert only(comm_bound(busy_link, TH)).tune_space == BANDWIDTH_SPACE
 
 
+def test_comm_bound_from_measured_waits_counts_only_what_every_rank_waits():
+    # both ranks wait 0.25 s per 1 s step; rank 0 waits 0.2 s more for a straggler: not communication's
+    ranks = [rank(0, forward=30.0, waits={"forward": 45.0}), rank(1, forward=50.0, waits={"forward": 25.0})]
+    f = only(comm_bound(window(ranks=ranks), TH))
+    assert f.evidence["wait_share"] == pytest.approx(0.25) and f.severity == "warning"
+    assert f.lost_s == pytest.approx(0.25 * 100 * 2) and "least collective wait" in f.basis
+    assert f.evidence["profile_source"] is None and "profiles not read" in f.seen
+    quiet = [rank(0, waits={"backward": 5.0}), rank(1, waits={"backward": 5.0})]
+    assert comm_bound(window(ranks=quiet), TH) == []
+
+
 def test_comm_rule_says_what_is_missing():
-    assert only(comm_bound(window(ranks=[rank(0)]), TH)).missing == ["profiles"]
+    f = only(comm_bound(window(ranks=[rank(0)]), TH))
+    assert f.missing == ["collective-wait metric", "profiles"]
+    w = window(ranks=[rank(0)])
+    w.profile_error = "Pyroscope at http://p:4040 is unreachable: connection refused"
+    assert only(comm_bound(w, TH)).missing == ["collective-wait metric", w.profile_error]
     w = window(ranks=[rank(0)])
     w.profile = _profile(comm=5.0, compute=95.0)
     assert comm_bound(w, TH) == []

@@ -7,10 +7,14 @@ T0 = 1_700_000_000.0
 
 
 def rank(r: int, host: str = "n0", steps: float = 100, step_s: float = 1.0, wall: float = 120.0,
-         **phases: float) -> RankStats:
-    """A rank with `steps` steps of `step_s` seconds over `wall` seconds, phase seconds as given."""
+         waits: dict[str, float] | None = None, **phases: float) -> RankStats:
+    """A rank with `steps` steps of `step_s` seconds over `wall` seconds, phase seconds as given, and
+    `waits` seconds blocked in collectives per phase ('' outside phases; None: not measured)."""
     return RankStats(rank=str(r), host=host, steps=steps, step_time_s=steps * step_s, step_count=steps,
-                     phases=dict(phases), samples=int(wall / 5) + 1, first_t=T0 + 5, last_t=T0 + wall)
+                     phases=dict(phases), samples=int(wall / 5) + 1, first_t=T0 + 5, last_t=T0 + wall,
+                     collective_s=sum(waits.values()) if waits is not None else None,
+                     collective_by_phase=dict(waits or {}),
+                     collective_by_kind={"all_reduce": sum(waits.values())} if waits else {})
 
 
 def gpu(i: int, host: str = "n0", util: float | None = 0.9, sm: float | None = 0.6, **kw) -> GpuStats:
