@@ -7,6 +7,8 @@ of what to look for, thresholds where a value is good or bad.
 """
 from __future__ import annotations
 
+import re
+
 import attr
 from grafanalib import core as g
 
@@ -112,8 +114,24 @@ def stat(title: str, description: str, queries, unit: str, *, thresholds=None, c
                   graphMode="none" if instant else "area", textMode="value_and_name", maxDataPoints=None)
 
 
+def profile_selector(**labels: str) -> str:
+    """A Pyroscope label selector matching each label against a variable: `rank="rank_b"` ->
+    ``{rank=~`${rank_b:regex}`}``.
+
+    Pyroscope's datasource interpolates `$var` with the glob format (two values -> `{a,b}`,
+    which matches neither), so each variable is regex-formatted: escaped values, several as
+    `(a|b)`, "All" as the variable's allValue. Backquotes keep its backslashes: in a "string",
+    Pyroscope's (PromQL's) parser rejects `\\.` of a dotted host name.
+    """
+    return "{" + ", ".join(f"{label}=~`${{{var}:regex}}`" for label, var in labels.items()) + "}"
+
+
 def flamegraph(title: str, description: str, label_selector: str, *, time_shift: str | None = None) -> FlameGraph:
     _check(title, description)
+    bare = [v for v in re.findall(r"\$\{?\w+(?::\w+)?\}?", label_selector) if not v.endswith(":regex}")]
+    if bare or label_selector.count("`") != 2 * label_selector.count("${"):
+        raise ValueError(f"panel {title!r}: Pyroscope selectors take variables as `${{var:regex}}` in "
+                         f"backquotes (profile_selector), not {label_selector!r}")
     return FlameGraph(title=title, description=description, targets=[PyroscopeTarget(label_selector)],
                       timeShift=time_shift, maxDataPoints=None)
 

@@ -6,6 +6,7 @@ PromQL server, and by `otel-gpu dashboards --list-queries`.
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
@@ -105,24 +106,65 @@ def substitute(text: str, values: Mapping[str, str]) -> str:
     return _VAR.sub(repl, text)
 
 
-_MATCHER = re.compile(r'\s*([A-Za-z_][\w.]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
+_MATCHER = re.compile(r'\s*([A-Za-z_][\w.]*)\s*(=~|!~|!=|=)\s*')
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
+
+
+def _string(text: str, pos: int) -> tuple[str, int]:
+    """A PromQL string literal at `pos` -> (its value, the position after it).
+
+    As Prometheus' lexer reads them (and Pyroscope, which uses it): backquoted strings are raw;
+    in "..." and '...' a backslash starts one of Go's escapes (\\n, \\\\, the quote, \\x41, \\u00e9,
+    octal); any other (`\\.`) is an error.
+    """
+    quote = text[pos:pos + 1]
+    if quote not in ('"', "'", "`"):
+        raise ValueError(f"expected a quoted string at {text[pos:]!r}")
+    out, i = [], pos + 1
+    while i < len(text):
+        c = text[i]
+        if c == quote:
+            return "".join(out), i + 1
+        if c == "\\" and quote != "`":
+            e = text[i + 1:i + 2]
+            if e in _SIMPLE_ESCAPES or e == quote:
+                out.append(_SIMPLE_ESCAPES.get(e, e))
+                i += 2
+                continue
+            if e in ("x", "u", "U"):
+                start, n, digits = i + 2, {"x": 2, "u": 4, "U": 8}[e], string.hexdigits
+            elif e and e in string.octdigits:
+                start, n, digits = i + 1, 3, string.octdigits
+            else:
+                raise ValueError(f"unknown escape sequence {text[i:i + 2]!r} in {text!r}")
+            code = text[start:start + n]
+            if len(code) != n or any(ch not in digits for ch in code):
+                raise ValueError(f"bad escape {text[i:start + n]!r} in {text!r}")
+            out.append(chr(int(code, 16 if digits is string.hexdigits else 8)))
+            i = start + n
+            continue
+        out.append(c)
+        i += 1
+    raise ValueError(f"unterminated string in {text!r}")
 
 
 def parse_selector(selector: str) -> list[tuple[str, str, str]]:
-    """`{a="x", b=~"y.*"}` -> [(label, op, value), ...] (Pyroscope / PromQL selector syntax)."""
+    """`{a="x", b=~`y.*`}` -> [(label, op, value), ...] (Pyroscope / PromQL selector syntax)."""
     s = selector.strip()
     if not (s.startswith("{") and s.endswith("}")):
         raise ValueError(f"not a label selector: {selector!r}")
     body, out, pos = s[1:-1], [], 0
-    while pos < len(body):
+    while body[pos:].strip():
         m = _MATCHER.match(body, pos)
         if not m:
             raise ValueError(f"bad matcher at {body[pos:]!r} in {selector!r}")
-        out.append((m.group(1), m.group(2), m.group(3).replace('\\"', '"').replace("\\\\", "\\")))
-        pos = m.end()
-        if pos < len(body):
-            if body[pos] != ",":
-                raise ValueError(f"expected ',' at {body[pos:]!r} in {selector!r}")
+        value, pos = _string(body, m.end())
+        out.append((m.group(1), m.group(2), value))
+        rest = body[pos:].lstrip()
+        pos = len(body) - len(rest)
+        if rest:
+            if rest[0] != ",":
+                raise ValueError(f"expected ',' at {rest!r} in {selector!r}")
             pos += 1
     return out
 
