@@ -17,8 +17,8 @@ from .panels import PROMETHEUS_UID, PYROSCOPE_UID
 class Query:
     dashboard: str      # dashboard uid
     where: str          # "panel <title> <refId>", "variable <name>", "annotation <name>"
-    kind: str           # "promql" | "label_values" | "query_result" | "profile"
-    expr: str           # PromQL, the label_values selector, or a Pyroscope label selector
+    kind: str           # "promql" | "label_values" | "query_result" | "profile" | "grafana_tags"
+    expr: str           # PromQL, the label_values selector, a Pyroscope label selector, or tags
     label: str = ""     # label_values: the label whose values are listed
     instant: bool = False
     time_shift: str = ""  # panel time shift (flame graph comparisons)
@@ -78,6 +78,9 @@ def queries(dash: Mapping) -> list[Query]:
     for ann in (dash.get("annotations") or {}).get("list") or ():
         if ann.get("builtIn"):
             continue
+        if (ann.get("target") or {}).get("type") == "tags" and _uid(ann.get("datasource")) == "-- Grafana --":
+            out.append(Query(uid, f"annotation {ann['name']!r}", "grafana_tags", ",".join(ann["target"]["tags"])))
+            continue
         if _uid(ann.get("datasource")) != PROMETHEUS_UID:
             raise ValueError(f"{uid}: annotation {ann.get('name')}: unknown datasource")
         out.append(Query(uid, f"annotation {ann['name']!r}", "promql", ann["expr"]))
@@ -114,37 +117,48 @@ def _string(text: str, pos: int) -> tuple[str, int]:
     """A PromQL string literal at `pos` -> (its value, the position after it).
 
     As Prometheus' lexer reads them (and Pyroscope, which uses it): backquoted strings are raw;
-    in "..." and '...' a backslash starts one of Go's escapes (\\n, \\\\, the quote, \\x41, \\u00e9,
-    octal); any other (`\\.`) is an error.
+    in "..." and '...' a backslash starts one of Go's escapes (\\n, \\\\, the quote, \\u00e9,
+    \\x41 and octal \\101 for bytes); any other (`\\.`) is an error, as is invalid UTF-8.
     """
     quote = text[pos:pos + 1]
     if quote not in ('"', "'", "`"):
         raise ValueError(f"expected a quoted string at {text[pos:]!r}")
-    out, i = [], pos + 1
+    out, i = bytearray(), pos + 1
     while i < len(text):
         c = text[i]
         if c == quote:
-            return "".join(out), i + 1
-        if c == "\\" and quote != "`":
-            e = text[i + 1:i + 2]
-            if e in _SIMPLE_ESCAPES or e == quote:
-                out.append(_SIMPLE_ESCAPES.get(e, e))
-                i += 2
-                continue
-            if e in ("x", "u", "U"):
-                start, n, digits = i + 2, {"x": 2, "u": 4, "U": 8}[e], string.hexdigits
-            elif e and e in string.octdigits:
-                start, n, digits = i + 1, 3, string.octdigits
-            else:
-                raise ValueError(f"unknown escape sequence {text[i:i + 2]!r} in {text!r}")
-            code = text[start:start + n]
-            if len(code) != n or any(ch not in digits for ch in code):
-                raise ValueError(f"bad escape {text[i:start + n]!r} in {text!r}")
-            out.append(chr(int(code, 16 if digits is string.hexdigits else 8)))
-            i = start + n
+            try:
+                return out.decode("utf-8"), i + 1
+            except UnicodeDecodeError:
+                raise ValueError(f"invalid UTF-8 in {text!r}") from None
+        if c != "\\" or quote == "`":
+            out += c.encode("utf-8", "surrogatepass")
+            i += 1
             continue
-        out.append(c)
-        i += 1
+        e = text[i + 1:i + 2]
+        if e in _SIMPLE_ESCAPES or e == quote:
+            out += _SIMPLE_ESCAPES.get(e, e).encode()
+            i += 2
+            continue
+        if e in ("x", "u", "U"):
+            start, n, digits = i + 2, {"x": 2, "u": 4, "U": 8}[e], string.hexdigits
+        elif e and e in string.octdigits:
+            start, n, digits = i + 1, 3, string.octdigits
+        else:
+            raise ValueError(f"unknown escape sequence {text[i:i + 2]!r} in {text!r}")
+        code = text[start:start + n]
+        if len(code) != n or any(ch not in digits for ch in code):
+            raise ValueError(f"bad escape {text[i:start + n]!r} in {text!r}")
+        number = int(code, 8 if digits is string.octdigits else 16)
+        if e in ("u", "U"):          # a code point
+            if 0xD800 <= number <= 0xDFFF or number > 0x10FFFF:
+                raise ValueError(f"invalid code point {text[i:start + n]!r} in {text!r}")
+            out += chr(number).encode()
+        elif number > 0xFF:
+            raise ValueError(f"octal escape above 255 {text[i:start + n]!r} in {text!r}")
+        else:                        # \\x and octal: one byte
+            out.append(number)
+        i = start + n
     raise ValueError(f"unterminated string in {text!r}")
 
 
