@@ -114,7 +114,7 @@ def format_value(var: Variable, selection: Selection, options: Sequence[str], fm
 
 def interpolate(text: str, datasource: str, dash_vars: Mapping[str, Variable],
                 selections: Mapping[str, Selection], options: Mapping[str, Sequence[str]],
-                builtins: Mapping[str, str] = {}) -> str:
+                builtins: Mapping[str, str] | None = None) -> str:
     """`text` with every variable replaced as Grafana does for `datasource`.
 
     `builtins` (`__rate_interval`, `__interval` ...) are put in as they are; an unknown
@@ -123,7 +123,7 @@ def interpolate(text: str, datasource: str, dash_vars: Mapping[str, Variable],
     def repl(m: re.Match) -> str:
         name = m.group(1) or m.group(2) or m.group(4)
         fmt = m.group(3) or m.group(5)
-        if name in builtins:
+        if builtins and name in builtins:
             return builtins[name]
         if name not in dash_vars or name not in selections:
             raise KeyError(f"no value for template variable ${name} in {text!r}")

@@ -1,4 +1,4 @@
-"""Every query a generated dashboard will run, and template variables substituted (pure functions).
+"""Every query a generated dashboard will run, and the label selectors in them (pure functions).
 
 Used by the tests that evaluate each panel, variable and annotation query against a real
 PromQL server, and by `otel-gpu dashboards --list-queries`.
@@ -97,16 +97,6 @@ _VAR = re.compile(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)")
 
 def used_variables(text: str) -> set[str]:
     return {a or b or c for a, b, c in _VAR.findall(text)}
-
-
-def substitute(text: str, values: Mapping[str, str]) -> str:
-    """Replace every template variable with `values[name]`; KeyError names an unknown one."""
-    def repl(m: re.Match) -> str:
-        name = m.group(1) or m.group(2) or m.group(3)
-        if name not in values:
-            raise KeyError(f"no value for template variable ${name} in {text!r}")
-        return values[name]
-    return _VAR.sub(repl, text)
 
 
 _MATCHER = re.compile(r'\s*([A-Za-z_][\w.]*)\s*(=~|!~|!=|=)\s*')

@@ -13,7 +13,7 @@ from otel_gpu.cli import main
 from otel_gpu.dashboards import build
 from otel_gpu.dashboards.panels import PROFILE_TYPE, PROMETHEUS_UID, PYROSCOPE_UID, UNITS
 from otel_gpu.dashboards.queries import (
-    matches, parse_selector, parse_variable_query, queries, substitute, used_variables, variable_names,
+    matches, parse_selector, parse_variable_query, queries, used_variables, variable_names,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -218,15 +218,6 @@ def test_flame_graph_panels_target_pyroscope():
 
 
 # ---- pure helpers -----------------------------------------------------------------------
-def test_substitute_every_form_and_refuse_unknown_variables():
-    assert substitute('x{a=~"$node",b="${job}",c="[[rank]]"}[$__rate_interval]',
-                      {"node": "n1", "job": "j", "rank": "2", "__rate_interval": "1m"}) == 'x{a=~"n1",b="j",c="2"}[1m]'
-    assert substitute("$rank_b $rank", {"rank": "1", "rank_b": "0"}) == "0 1"
-    with pytest.raises(KeyError, match=r"\$gpu"):
-        substitute('x{g="$gpu"}', {})
-    assert substitute('x{a=~"^b$"}', {}) == 'x{a=~"^b$"}'
-
-
 def test_parse_variable_queries():
     assert parse_variable_query('label_values(up{a="b, c"}, host_name)') == ("label_values", 'up{a="b, c"}', "host_name")
     assert parse_variable_query("label_values(otelgpu_rank)") == ("label_values", "", "otelgpu_rank")

@@ -82,6 +82,10 @@ def test_grafana_variable_syntaxes_and_builtins():
     assert text == 'x{h=~"(a|b)", r=~".*", g=~"(a|b)", p=~`(a|b)`}[1m]'
     with pytest.raises(KeyError, match=r"\$missing"):
         interpolate("$missing", PROMETHEUS, v, sel, {})
+    # the longest name wins; a `$` before a non-word character is no variable
+    w = {"rank": SINGLE, "rank_b": SINGLE}
+    assert interpolate('$rank_b $rank x{a=~"^b$"}', PROMETHEUS, w, {"rank": "1", "rank_b": "0"}, {}) == \
+        '0 1 x{a=~"^b$"}'
 
 
 @settings(max_examples=300, deadline=None)
