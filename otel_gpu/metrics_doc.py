@@ -17,11 +17,13 @@ Generated from `otel_gpu/names.py` by `python -m otel_gpu.metrics_doc > docs/met
 Names follow the OpenTelemetry semantic conventions where they exist (`hw.*`, `system.*`,
 `process.*`); everything the conventions lack is under the one prefix `otelgpu.`.
 
-**Prometheus form** is the OTLP-to-Prometheus translation (Prometheus 3's OTLP receiver,
-VictoriaMetrics with `-opentelemetry.usePrometheusNaming`, the Collector's Prometheus exporter):
-unit suffix (`_bytes`, `_seconds`, `_watts`, `_joules`, `_celsius`, `_hertz`,
-`_bytes_per_second`, `_ratio` for unit `1` gauges), `_total` for counters, `_bucket/_sum/_count`
-for histograms. The agent's own scrape endpoint (`--prometheus-port`) serves the very same
+**Prometheus form** is the name Prometheus 3's OTLP receiver stores (`translation_strategy:
+UnderscoreEscapingWithSuffixes`, the rules of prometheus/otlptranslator, see
+`otel_gpu/prom_names.py`; VictoriaMetrics with `-opentelemetry.usePrometheusNaming` and the
+Collector's Prometheus exporters agree): unit suffix (`_bytes`, `_seconds`, `_watts`, `_joules`,
+`_celsius`, `_hertz`, `_bytes_per_second`; none for units in braces), `_ratio` for unit `1`
+gauges only (an updowncounter such as `hw.status` gets none), `_total` for counters,
+`_bucket/_sum/_count` for histograms. The agent's own scrape endpoint (`--prometheus-port`) serves the very same
 names, so dashboards and rules work on either path. Attribute keys become labels with dots
 replaced by underscores (`hw.id` -> `hw_id`).
 

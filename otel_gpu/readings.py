@@ -5,29 +5,17 @@ plain `Reading`s. The agent is the only place that turns them into OTel instrume
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, Mapping, NamedTuple, Protocol, runtime_checkable
+
+from .prom_names import metric_name
 
 Kind = Literal["gauge", "counter", "updowncounter", "histogram"]
 
 # seconds between reads of values that change by an admin's action or slowly (power limit, ECC
 # totals, swap, CPU count); sources repeat the last reading in between
 SLOW_READ_S = 10.0
-
-# OTLP -> Prometheus unit suffixes (the translation Prometheus 3 / VictoriaMetrics apply).
-_UNIT_SUFFIX = {
-    "1": "ratio",
-    "By": "bytes",
-    "s": "seconds",
-    "W": "watts",
-    "J": "joules",
-    "Cel": "celsius",
-    "Hz": "hertz",
-    "By/s": "bytes_per_second",
-    "MHz": "megahertz",
-}
 
 
 @dataclass(frozen=True)
@@ -57,20 +45,13 @@ class MetricSpec:
         return hash(self.name)   # names are unique; the generated hash walked every field each time
 
     def prometheus_name(self, *, unit_suffix: bool = True) -> str:
-        """The Prometheus form per the OTLP translation (`hw.power` W -> `hw_power_watts`).
+        """The name Prometheus 3 stores this metric under from OTLP (`hw.power` W -> `hw_power_watts`).
 
-        `unit_suffix=False` gives the form of OpenTelemetry's Python Prometheus exporter,
-        which adds no `_ratio` to unit `1` gauges (for data exported through it elsewhere).
+        See `otel_gpu.prom_names`. `unit_suffix=False` gives the form of OpenTelemetry's Python
+        Prometheus exporter, which adds no `_ratio` to unit `1` gauges (for data exported
+        through it elsewhere). Histograms add `_bucket/_sum/_count` on top of this.
         """
-        base = re.sub(r"[^a-zA-Z0-9_]", "_", self.name)
-        suffix = _UNIT_SUFFIX.get(self.unit, "")
-        if self.unit == "1" and (self.kind not in ("gauge", "updowncounter") or not unit_suffix):
-            suffix = ""
-        if suffix and not base.endswith("_" + suffix):
-            base = f"{base}_{suffix}"
-        if self.kind == "counter":
-            base += "_total"
-        return base  # histograms add _bucket/_sum/_count on top of this
+        return metric_name(self.name, self.unit, self.kind, ratio=unit_suffix)
 
 
 class Reading(NamedTuple):

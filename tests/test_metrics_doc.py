@@ -19,6 +19,6 @@ def test_prometheus_forms_follow_the_otlp_translation():
     assert names.GPU_POWER.prometheus_name() == "hw_power_watts"
     assert names.GPU_PCIE_IO.prometheus_name() == "hw_gpu_io_bytes_total"
     assert names.GPU_UTILIZATION.prometheus_name() == "hw_gpu_utilization_ratio"
-    assert names.GPU_STATUS.prometheus_name() == "hw_status_ratio"
+    assert names.GPU_STATUS.prometheus_name() == "hw_status"   # an updowncounter: no _ratio
     assert names.GPU_ERRORS.prometheus_name() == "hw_errors_total"
     assert names.NET_LIMIT.prometheus_name() == "hw_network_bandwidth_limit_bytes_per_second"

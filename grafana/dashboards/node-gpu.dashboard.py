@@ -123,15 +123,19 @@ lay.add(timeseries(
     "percentunit", thresholds=HIGH_IS_BAD, fill=0), w=12)
 
 lay.row("Ranks on this node")
+# The agent learns a process's rank from its environment, but its job only when told
+# (docs/deploy.md): keep the processes whose node and rank the job's own series name.
+PROCESS = 'host_name=~"$node", otelgpu_rank=~"$rank"'
+OF_JOB = f" and on (host_name, otelgpu_rank) otelgpu_train_steps_total{{{RANK}}}"
 lay.add(timeseries(
     "CPU per rank process",
     "100% is one core: a rank pinned at 100% is bound by one Python thread (data loading, the launch loop).",
-    [(f"process_cpu_utilization_ratio{{{RANK}}}", "rank {{otelgpu_rank}} pid {{process_pid}}")],
+    [(f"process_cpu_utilization_ratio{{{PROCESS}}}{OF_JOB}", "rank {{otelgpu_rank}} pid {{process_pid}}")],
     "percentunit", fill=0), w=8)
 lay.add(timeseries(
     "Resident memory per rank process",
     "Steady growth across steps is a host-memory leak (pinned buffers, cached batches).",
-    [(f"process_memory_usage_bytes{{{RANK}}}", "rank {{otelgpu_rank}} pid {{process_pid}}")],
+    [(f"process_memory_usage_bytes{{{PROCESS}}}{OF_JOB}", "rank {{otelgpu_rank}} pid {{process_pid}}")],
     "bytes", fill=0), w=8)
 lay.add(timeseries(
     "Step time of the selected ranks",

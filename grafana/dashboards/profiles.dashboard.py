@@ -6,7 +6,8 @@ as the profile labels (`job`, `node`, `rank`; `phase` is set per thread by the p
 Generate with `otel-gpu dashboards`.
 """
 from otel_gpu.dashboards.panels import (
-    JOB_VAR, NODE_VAR, RANK, RANK_VAR, Layout, custom, dashboard, flamegraph, timeseries, variable,
+    JOB_VAR, NODE_VAR, RANK, RANK_VAR, Layout, custom, dashboard, flamegraph, profile_selector, timeseries,
+    variable,
 )
 from otel_gpu.names import PHASE_NAMES
 
@@ -16,7 +17,8 @@ RANK_B_VAR = variable("rank_b", "compare with rank",
 PHASE_VAR = custom("phase", "phase", PHASE_NAMES, "All", include_all=True)
 SHIFT_VAR = custom("shift", "compare with", ("1h", "6h", "1d", "7d"), "1h")
 
-SELECTED = '{job=~"$job", node=~"$node", rank=~"$rank", phase=~"$phase"}'
+# Pyroscope's labels carry the values of otelgpu_job, host_name, otelgpu_rank, otelgpu_phase
+SELECTED = profile_selector(job="job", node="node", rank="rank", phase="phase")
 lay = Layout()
 
 lay.row("Pick a time range")
@@ -37,11 +39,11 @@ lay.row("Compare two ranks")
 lay.add(flamegraph(
     "Rank $rank",
     "Compare with the rank on the right: a frame much wider here is where this rank loses time.",
-    '{job=~"$job", rank=~"$rank", phase=~"$phase"}'), w=12, h=14)
+    profile_selector(job="job", rank="rank", phase="phase")), w=12, h=14)
 lay.add(flamegraph(
     "Rank $rank_b",
     "The reference rank: frames missing here but wide on the left are the straggler's extra work or waiting.",
-    '{job=~"$job", rank=~"$rank_b", phase=~"$phase"}'), w=12, h=14)
+    profile_selector(job="job", rank="rank_b", phase="phase")), w=12, h=14)
 
 lay.row("Compare two time ranges")
 lay.add(flamegraph(

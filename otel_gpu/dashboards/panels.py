@@ -7,6 +7,8 @@ of what to look for, thresholds where a value is good or bad.
 """
 from __future__ import annotations
 
+import re
+
 import attr
 from grafanalib import core as g
 
@@ -14,6 +16,7 @@ PROMETHEUS_UID = "otelgpu-prometheus"
 PYROSCOPE_UID = "otelgpu-pyroscope"
 PROMETHEUS = {"type": "prometheus", "uid": PROMETHEUS_UID}
 PYROSCOPE = {"type": "grafana-pyroscope-datasource", "uid": PYROSCOPE_UID}
+GRAFANA = {"type": "grafana", "uid": "-- Grafana --"}     # Grafana's built-in datasource
 
 # What pyroscope-io 1.4 pushes from a Python rank: `process_cpu` samples in nanoseconds
 # (wall clock when `oncpu=False`, see otel_gpu/profiling.py).
@@ -112,8 +115,24 @@ def stat(title: str, description: str, queries, unit: str, *, thresholds=None, c
                   graphMode="none" if instant else "area", textMode="value_and_name", maxDataPoints=None)
 
 
+def profile_selector(**labels: str) -> str:
+    """A Pyroscope label selector matching each label against a variable: `rank="rank_b"` ->
+    ``{rank=~`${rank_b:regex}`}``.
+
+    Pyroscope's datasource interpolates `$var` with the glob format (two values -> `{a,b}`,
+    which matches neither), so each variable is regex-formatted: escaped values, several as
+    `(a|b)`, "All" as the variable's allValue. Backquotes keep its backslashes: in a "string",
+    Pyroscope's (PromQL's) parser rejects `\\.` of a dotted host name.
+    """
+    return "{" + ", ".join(f"{label}=~`${{{var}:regex}}`" for label, var in labels.items()) + "}"
+
+
 def flamegraph(title: str, description: str, label_selector: str, *, time_shift: str | None = None) -> FlameGraph:
     _check(title, description)
+    bare = [v for v in re.findall(r"\$\{?\w+(?::\w+)?\}?", label_selector) if not v.endswith(":regex}")]
+    if bare or label_selector.count("`") != 2 * label_selector.count("${"):
+        raise ValueError(f"panel {title!r}: Pyroscope selectors take variables as `${{var:regex}}` in "
+                         f"backquotes (profile_selector), not {label_selector!r}")
     return FlameGraph(title=title, description=description, targets=[PyroscopeTarget(label_selector)],
                       timeShift=time_shift, maxDataPoints=None)
 
@@ -191,15 +210,23 @@ class Layout:
 def dashboard(uid: str, title: str, description: str, layout: Layout, variables, *, tags=(),
               annotations=(), time_from: str = "now-1h") -> g.Dashboard:
     """A dashboard with fixed uid, auto panel ids, shared crosshair and 30 s refresh."""
-    builtin = {"builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"}, "enable": True,
+    builtin = {"builtIn": 1, "datasource": GRAFANA, "enable": True,
                "hide": True, "iconColor": "rgba(0, 211, 255, 1)", "name": "Annotations & Alerts", "type": "dashboard"}
     return g.Dashboard(
         uid=uid, title=title, description=description, tags=["otel-gpu", *tags], editable=True,
         panels=layout.panels, templating=g.Templating(list=list(variables)),
-        annotations=g.Annotations(list=[builtin, *annotations]), schemaVersion=SCHEMA_VERSION,
+        annotations=g.Annotations(list=[builtin, DIAGNOSE_FINDINGS, *annotations]), schemaVersion=SCHEMA_VERSION,
         graphTooltip=g.GRAPH_TOOLTIP_MODE_SHARED_CROSSHAIR, refresh="30s",
         time=g.Time(time_from, "now"), timezone="browser",
     ).auto_panel_ids()
+
+
+# `otel-gpu diagnose --grafana URL` posts organisation annotations tagged with these (and the
+# rule, severity and job); Grafana's own datasource lists those having all of them.
+DIAGNOSE_TAGS = ["otel-gpu", "diagnose"]
+DIAGNOSE_FINDINGS = {"datasource": GRAFANA, "enable": True, "hide": False, "iconColor": "red",
+                     "name": "otel-gpu diagnose findings",
+                     "target": {"type": "tags", "tags": DIAGNOSE_TAGS, "matchAny": False, "limit": 100}}
 
 
 def prom_annotation(name: str, expr: str, title: str, text: str, color: str = "orange") -> dict:

@@ -1,4 +1,4 @@
-"""Every query a generated dashboard will run, and template variables substituted (pure functions).
+"""Every query a generated dashboard will run, and the label selectors in them (pure functions).
 
 Used by the tests that evaluate each panel, variable and annotation query against a real
 PromQL server, and by `otel-gpu dashboards --list-queries`.
@@ -6,6 +6,7 @@ PromQL server, and by `otel-gpu dashboards --list-queries`.
 from __future__ import annotations
 
 import re
+import string
 from dataclasses import dataclass
 from typing import Iterator, Mapping
 
@@ -16,8 +17,8 @@ from .panels import PROMETHEUS_UID, PYROSCOPE_UID
 class Query:
     dashboard: str      # dashboard uid
     where: str          # "panel <title> <refId>", "variable <name>", "annotation <name>"
-    kind: str           # "promql" | "label_values" | "query_result" | "profile"
-    expr: str           # PromQL, the label_values selector, or a Pyroscope label selector
+    kind: str           # "promql" | "label_values" | "query_result" | "profile" | "grafana_tags"
+    expr: str           # PromQL, the label_values selector, a Pyroscope label selector, or tags
     label: str = ""     # label_values: the label whose values are listed
     instant: bool = False
     time_shift: str = ""  # panel time shift (flame graph comparisons)
@@ -77,6 +78,9 @@ def queries(dash: Mapping) -> list[Query]:
     for ann in (dash.get("annotations") or {}).get("list") or ():
         if ann.get("builtIn"):
             continue
+        if (ann.get("target") or {}).get("type") == "tags" and _uid(ann.get("datasource")) == "-- Grafana --":
+            out.append(Query(uid, f"annotation {ann['name']!r}", "grafana_tags", ",".join(ann["target"]["tags"])))
+            continue
         if _uid(ann.get("datasource")) != PROMETHEUS_UID:
             raise ValueError(f"{uid}: annotation {ann.get('name')}: unknown datasource")
         out.append(Query(uid, f"annotation {ann['name']!r}", "promql", ann["expr"]))
@@ -95,34 +99,76 @@ def used_variables(text: str) -> set[str]:
     return {a or b or c for a, b, c in _VAR.findall(text)}
 
 
-def substitute(text: str, values: Mapping[str, str]) -> str:
-    """Replace every template variable with `values[name]`; KeyError names an unknown one."""
-    def repl(m: re.Match) -> str:
-        name = m.group(1) or m.group(2) or m.group(3)
-        if name not in values:
-            raise KeyError(f"no value for template variable ${name} in {text!r}")
-        return values[name]
-    return _VAR.sub(repl, text)
+_MATCHER = re.compile(r'\s*([A-Za-z_][\w.]*)\s*(=~|!~|!=|=)\s*')
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v", "\\": "\\"}
 
 
-_MATCHER = re.compile(r'\s*([A-Za-z_][\w.]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*')
+def _string(text: str, pos: int) -> tuple[str, int]:
+    """A PromQL string literal at `pos` -> (its value, the position after it).
+
+    As Prometheus' lexer reads them (and Pyroscope, which uses it): backquoted strings are raw;
+    in "..." and '...' a backslash starts one of Go's escapes (\\n, \\\\, the quote, \\u00e9,
+    \\x41 and octal \\101 for bytes); any other (`\\.`) is an error, as is invalid UTF-8.
+    """
+    quote = text[pos:pos + 1]
+    if quote not in ('"', "'", "`"):
+        raise ValueError(f"expected a quoted string at {text[pos:]!r}")
+    out, i = bytearray(), pos + 1
+    while i < len(text):
+        c = text[i]
+        if c == quote:
+            try:
+                return out.decode("utf-8"), i + 1
+            except UnicodeDecodeError:
+                raise ValueError(f"invalid UTF-8 in {text!r}") from None
+        if c != "\\" or quote == "`":
+            out += c.encode("utf-8", "surrogatepass")
+            i += 1
+            continue
+        e = text[i + 1:i + 2]
+        if e in _SIMPLE_ESCAPES or e == quote:
+            out += _SIMPLE_ESCAPES.get(e, e).encode()
+            i += 2
+            continue
+        if e in ("x", "u", "U"):
+            start, n, digits = i + 2, {"x": 2, "u": 4, "U": 8}[e], string.hexdigits
+        elif e and e in string.octdigits:
+            start, n, digits = i + 1, 3, string.octdigits
+        else:
+            raise ValueError(f"unknown escape sequence {text[i:i + 2]!r} in {text!r}")
+        code = text[start:start + n]
+        if len(code) != n or any(ch not in digits for ch in code):
+            raise ValueError(f"bad escape {text[i:start + n]!r} in {text!r}")
+        number = int(code, 8 if digits is string.octdigits else 16)
+        if e in ("u", "U"):          # a code point
+            if 0xD800 <= number <= 0xDFFF or number > 0x10FFFF:
+                raise ValueError(f"invalid code point {text[i:start + n]!r} in {text!r}")
+            out += chr(number).encode()
+        elif number > 0xFF:
+            raise ValueError(f"octal escape above 255 {text[i:start + n]!r} in {text!r}")
+        else:                        # \\x and octal: one byte
+            out.append(number)
+        i = start + n
+    raise ValueError(f"unterminated string in {text!r}")
 
 
 def parse_selector(selector: str) -> list[tuple[str, str, str]]:
-    """`{a="x", b=~"y.*"}` -> [(label, op, value), ...] (Pyroscope / PromQL selector syntax)."""
+    """`{a="x", b=~`y.*`}` -> [(label, op, value), ...] (Pyroscope / PromQL selector syntax)."""
     s = selector.strip()
     if not (s.startswith("{") and s.endswith("}")):
         raise ValueError(f"not a label selector: {selector!r}")
     body, out, pos = s[1:-1], [], 0
-    while pos < len(body):
+    while body[pos:].strip():
         m = _MATCHER.match(body, pos)
         if not m:
             raise ValueError(f"bad matcher at {body[pos:]!r} in {selector!r}")
-        out.append((m.group(1), m.group(2), m.group(3).replace('\\"', '"').replace("\\\\", "\\")))
-        pos = m.end()
-        if pos < len(body):
-            if body[pos] != ",":
-                raise ValueError(f"expected ',' at {body[pos:]!r} in {selector!r}")
+        value, pos = _string(body, m.end())
+        out.append((m.group(1), m.group(2), value))
+        rest = body[pos:].lstrip()
+        pos = len(body) - len(rest)
+        if rest:
+            if rest[0] != ",":
+                raise ValueError(f"expected ',' at {rest!r} in {selector!r}")
             pos += 1
     return out
 

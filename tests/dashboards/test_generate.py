@@ -13,7 +13,7 @@ from otel_gpu.cli import main
 from otel_gpu.dashboards import build
 from otel_gpu.dashboards.panels import PROFILE_TYPE, PROMETHEUS_UID, PYROSCOPE_UID, UNITS
 from otel_gpu.dashboards.queries import (
-    matches, parse_selector, parse_variable_query, queries, substitute, used_variables, variable_names,
+    matches, parse_selector, parse_variable_query, queries, used_variables, variable_names,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -157,7 +157,7 @@ def test_every_query_names_a_series_the_project_emits():
     known = prometheus_names()
     for dash in committed().values():
         for q in queries(dash):
-            if q.kind == "profile":
+            if q.kind in ("profile", "grafana_tags"):
                 continue
             unknown = metric_names(q.expr) - known
             assert not unknown, f"{q.dashboard}: {q.where}: {sorted(unknown)} not in otel_gpu.names"
@@ -195,7 +195,7 @@ def test_the_observation_method_is_on_the_cluster_overview():
 
 def test_training_dashboard_marks_checkpoints_and_stragglers():
     dash = committed()["training"]
-    anns = [a for a in dash["annotations"]["list"] if not a.get("builtIn")]
+    anns = [a for a in dash["annotations"]["list"] if "expr" in a]
     assert len(anns) == 1 and "otelgpu_train_checkpoints_total" in anns[0]["expr"]
     exprs = " ".join(q.expr for q in queries(dash))
     assert "topk(1," in exprs and "bottomk(1," in exprs and "otelgpu_phase" in exprs
@@ -218,15 +218,6 @@ def test_flame_graph_panels_target_pyroscope():
 
 
 # ---- pure helpers -----------------------------------------------------------------------
-def test_substitute_every_form_and_refuse_unknown_variables():
-    assert substitute('x{a=~"$node",b="${job}",c="[[rank]]"}[$__rate_interval]',
-                      {"node": "n1", "job": "j", "rank": "2", "__rate_interval": "1m"}) == 'x{a=~"n1",b="j",c="2"}[1m]'
-    assert substitute("$rank_b $rank", {"rank": "1", "rank_b": "0"}) == "0 1"
-    with pytest.raises(KeyError, match=r"\$gpu"):
-        substitute('x{g="$gpu"}', {})
-    assert substitute('x{a=~"^b$"}', {}) == 'x{a=~"^b$"}'
-
-
 def test_parse_variable_queries():
     assert parse_variable_query('label_values(up{a="b, c"}, host_name)') == ("label_values", 'up{a="b, c"}', "host_name")
     assert parse_variable_query("label_values(otelgpu_rank)") == ("label_values", "", "otelgpu_rank")
@@ -244,3 +235,20 @@ def test_label_selector_matching():
     assert matches(parse_selector('{phase=~".*"}'), {})          # "All" also matches unphased samples
     with pytest.raises(ValueError):
         parse_selector('job="x"')
+
+
+def test_every_dashboard_shows_the_findings_diagnose_posts():
+    """The tag query (all tags must match) selects what `otel-gpu diagnose --grafana` writes."""
+    from otel_gpu.diagnose.annotations import annotation_payloads
+
+    report = {"job": "llama-7b", "start": 0, "end": 60, "findings": [
+        {"missing": False, "ranges": [(10, 20)], "title": "t", "seen": "s", "action": "a",
+         "rule": "checkpoint_stall", "severity": "warning"}]}
+    (posted,) = annotation_payloads(report)
+    for name, dash in committed().items():
+        tags = [q for q in queries(dash) if q.kind == "grafana_tags"]
+        assert len(tags) == 1, name
+        wanted = set(tags[0].expr.split(","))
+        assert wanted and wanted <= set(posted["tags"]), (name, wanted, posted["tags"])
+        (ann,) = [a for a in dash["annotations"]["list"] if a.get("target", {}).get("type") == "tags"]
+        assert ann["target"]["matchAny"] is False and ann["enable"] is True

@@ -88,6 +88,12 @@ def test_the_stack_has_its_four_services_with_pinned_images(rendered):
     assert services["prometheus"]["image"].startswith("prom/prometheus:v3.")
 
 
+def test_docs_deploy_lists_the_pinned_images():
+    images = {svc["image"] for svc in raw()["services"].values()}
+    listed = set(re.findall(r"^\| [\w-]+ \| `([^`]+)` \|", (REPO / "docs" / "deploy.md").read_text(), re.M))
+    assert listed == images
+
+
 def test_healthchecks_named_volumes_and_restart(rendered):
     services = rendered["services"]
     # the collector image has no shell or HTTP client to probe with (said in the compose file)
