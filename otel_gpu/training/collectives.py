@@ -42,12 +42,8 @@ DDP_KIND = "ddp_allreduce"
 MAX_PENDING = 4096   # async Works remembered until waited (their kind); beyond this the oldest are forgotten
 
 _local = threading.local()          # .inside: this thread is inside one of our timed calls
-_pending: dict[int, str] = {}       # id(Work) -> kind of the call that returned it
+_pending: dict[int, tuple[str, float]] = {}   # id(Work) -> (kind of the call that returned it, seconds in the call)
 _installed: list = []               # (owner, attribute, original) to undo
-
-
-def _inside() -> bool:
-    return getattr(_local, "inside", False)
 
 
 _host_blocking: list[bool] = []   # [answer] once known: does this process's default group block the host?
@@ -65,27 +61,39 @@ def host_blocking() -> bool:
     return _host_blocking[0]
 
 
+def _timer():
+    """The session's timer when this process's collectives block the host, else None (cheap: per call)."""
+    s = session._session
+    t = s.timer if s is not None else session.timer()
+    if t is None or t.broken or not (_host_blocking[0] if _host_blocking else host_blocking()):
+        return None
+    return t
+
+
 def _timed(fn, kind: str, work_type):
-    """`fn` timed as `kind`; a Work it returns remembers the kind for its wait()."""
+    """`fn` timed as `kind`; a Work it returns carries the kind and the call's time to its wait()."""
+    clock = time.perf_counter
 
     @functools.wraps(fn)
     def collective(*args, **kwargs):
-        if _inside():
+        if getattr(_local, "inside", False):
             return fn(*args, **kwargs)
-        t = session.timer()
-        if t is None or t.broken or not host_blocking():
+        t = _timer()
+        if t is None:
             return fn(*args, **kwargs)
         _local.inside = True
-        t0 = time.perf_counter()
+        t0 = clock()
         try:
             result = fn(*args, **kwargs)
         finally:
             _local.inside = False
-            t.collective(kind, time.perf_counter() - t0)
-        if type(result) is work_type:
+            took = clock() - t0
+        if type(result) is work_type:   # counted with its wait, once
             if len(_pending) >= MAX_PENDING:
                 _pending.clear()
-            _pending[id(result)] = kind
+            _pending[id(result)] = (kind, took)
+        else:
+            t.collective(kind, took)
         return result
 
     collective._otelgpu = True
@@ -93,21 +101,23 @@ def _timed(fn, kind: str, work_type):
 
 
 def _timed_wait(original):
+    clock = time.perf_counter
+
     @functools.wraps(original)
     def wait(self, *args, **kwargs):
-        kind = _pending.pop(id(self), "async")
-        if _inside():
+        kind, took = _pending.pop(id(self), ("async", 0.0))
+        if getattr(_local, "inside", False):
             return original(self, *args, **kwargs)
-        t = session.timer()
-        if t is None or t.broken or not host_blocking():
+        t = _timer()
+        if t is None:
             return original(self, *args, **kwargs)
         _local.inside = True
-        t0 = time.perf_counter()
+        t0 = clock()
         try:
             return original(self, *args, **kwargs)
         finally:
             _local.inside = False
-            t.collective(kind, time.perf_counter() - t0)
+            t.collective(kind, took + clock() - t0)
 
     wait._otelgpu = True
     return wait
