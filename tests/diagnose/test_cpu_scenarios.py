@@ -105,8 +105,8 @@ def test_straggler_named(victoriametrics, tmp_path):
     f = only(report, "straggler")
     host = report.window.ranks[1].host
     assert f.where == {"ranks": ["1"], "nodes": [host]}
-    assert f.evidence["boundary"] == "forward"
-    assert f.evidence["lateness_s"] == pytest.approx(truths[1]["delay_s"] / 150, rel=0.3)
+    assert f.evidence["phase"] == "forward"
+    assert f.evidence["phase_growth_s"] == pytest.approx(truths[1]["delay_s"] / 150, rel=0.3)
 
 
 def test_clean_run_nothing_above_info(victoriametrics, tmp_path):

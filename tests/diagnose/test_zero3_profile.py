@@ -55,10 +55,11 @@ def test_zero3_tiny_buckets_is_communication_bound(victoriametrics, tmp_path):
         report = diagnose(client, job, start, end, profile=summary)
     assert len(report.window.ranks) == 2
     (f,) = [x for x in report.findings if x.rule == "comm"]
-    print(f"ZeRO-3 wait share {f.evidence['wait_share']:.3f}: {f.evidence['top_functions']}")
+    print(f"ZeRO-3 wait share {f.evidence['wait_share']:.3f}: {f.evidence['by_kind_s']}, {f.evidence['top_functions']}")
     assert f.evidence["zero"] is True and f.evidence["profile_source"] == "pprof"
     assert f.evidence["wait_share"] >= 0.2 and f.severity in ("warning", "critical")
-    assert set(f.evidence["per_group_share"]) == {"0", "1"}
+    assert {"all_gather", "reduce_scatter"} <= set(f.evidence["by_kind_s"])   # measured per kind
+    assert "least collective wait" in f.basis and f.where["ranks"] == ["0", "1"]
     assert any("fetch_sub_module" in fn or "ipg_grads" in fn for fn in f.evidence["top_functions"])
     assert f.tune_space == LATENCY_SPACE and "otel-gpu tune" in f.action   # no interconnect metrics: bucket sizes first
     assert f.evidence["bound"] == "unknown"
