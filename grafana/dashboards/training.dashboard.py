@@ -1,4 +1,4 @@
-"""Training: step time and throughput, where the step goes (phases), stragglers, checkpoints.
+"""Training: step time and throughput, where the step goes (phases), stragglers (busy time), checkpoints.
 
 Variables: job, node, rank. Checkpoint starts are annotations. Generate with `otel-gpu dashboards`.
 """
@@ -13,6 +13,14 @@ RATE = "$__rate_interval"
 def mean_step(sel: str) -> str:
     """Mean step time per rank over the rate window (seconds)."""
     return (f"sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_sum{{{sel}}}[{RATE}])) / "
+            f"sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_count{{{sel}}}[{RATE}]))")
+
+
+def busy(sel: str) -> str:
+    """Busy seconds per step per rank: step time minus time blocked in collectives, over steps."""
+    return (f"(sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_sum{{{sel}}}[{RATE}])) - "
+            f"(sum by (otelgpu_rank) (rate(otelgpu_train_collective_time_seconds_total{{{sel}}}[{RATE}])) or "
+            f"0 * sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_sum{{{sel}}}[{RATE}])))) / "
             f"sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_count{{{sel}}}[{RATE}]))")
 
 
@@ -40,7 +48,8 @@ lay.add(timeseries(
     "short", overrides=[right_axis("tokens/s", "short")], fill=0), w=12)
 lay.add(timeseries(
     "Step time per rank",
-    "Every collective waits for the slowest rank: one line above the rest is a straggler.",
+    "In synchronous training every rank's step lasts as long as the slowest's: these lines move together. "
+    "Which rank the others wait for is in the Stragglers row (busy time).",
     [(mean_step(RANK), "rank {{otelgpu_rank}}")], "s", fill=0), w=24)
 
 lay.row("Where does the step go?")
@@ -61,16 +70,23 @@ lay.add(timeseries(
 
 lay.row("Stragglers")
 lay.add(timeseries(
-    "Slowest and fastest rank per interval",
-    "Which rank is slowest at each moment: the same rank every time is a hardware or placement problem, "
-    "a changing one is noise or data skew.",
-    [(f"topk(1, {mean_step(JOB)})", "slowest: rank {{otelgpu_rank}}"),
-     (f"bottomk(1, {mean_step(JOB)})", "fastest: rank {{otelgpu_rank}}")],
-    "s", calcs=("mean", "max"), fill=0), w=12)
+    "Busy time per step per rank (not waiting for peers)",
+    "Step time minus the time the rank was blocked in collectives: in synchronous training every rank's step "
+    "lasts as long as the slowest's, so step times cannot name a straggler, busy time can. One line above the "
+    "rest all the time is the rank the others wait for (otel-gpu diagnose names it and the phase that grew).",
+    [(busy(RANK), "rank {{otelgpu_rank}}")], "s", calcs=("mean", "max"), fill=0), w=12)
+lay.add(timeseries(
+    "Time blocked in collectives per rank, share of wall time",
+    "What every rank waits is communication cost; what one rank waits more than the others is time it waits "
+    "for a straggler.",
+    [(f"sum by (otelgpu_rank) (rate(otelgpu_train_collective_time_seconds_total{{{RANK}}}[{RATE}]))",
+      "rank {{otelgpu_rank}}")],
+    "percentunit", calcs=("mean", "max"), fill=0), w=12)
 lay.add(stat(
-    "Slowest rank's step time over the fastest's",
-    "How much longer the slowest rank's steps are: every other rank waits that long at each collective.",
-    [(f"max({mean_step(JOB)}) / min({mean_step(JOB)}) - 1", "slower by")],
+    "Busiest rank's busy time over the least busy's",
+    "How much longer the busiest rank works per step than the least busy one: the others wait about that "
+    "long for it at every step.",
+    [(f"max({busy(JOB)}) / min({busy(JOB)}) - 1", "busier by")],
     "percentunit", thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 0.05},
                                {"color": "red", "value": 0.15}]), w=6)
 lay.add(stat(

@@ -22,13 +22,14 @@ raises into the training loop, and nothing waits for the GPU.
 """
 from __future__ import annotations
 
+import time as _time
 from contextlib import contextmanager
 from typing import Iterator
 
 from ..names import PHASE_NAMES
 from . import session as _session
 
-__all__ = ["step", "phase", "checkpoint", "shutdown", "PHASE_NAMES"]
+__all__ = ["step", "phase", "checkpoint", "collective", "shutdown", "PHASE_NAMES"]
 
 
 @contextmanager
@@ -58,6 +59,21 @@ def phase(name: str) -> Iterator[None]:
         yield
     finally:
         t.exit(name)
+
+
+@contextmanager
+def collective(kind: str) -> Iterator[None]:
+    """Time this thread is blocked in a collective of its own library (MPI, a custom backend) as the
+    rank's collective wait of `kind` (torch.distributed collectives are timed without this)."""
+    t = _session.timer()
+    if t is None:
+        yield
+        return
+    t0 = _time.perf_counter()
+    try:
+        yield
+    finally:
+        t.collective(kind, _time.perf_counter() - t0)
 
 
 def checkpoint():

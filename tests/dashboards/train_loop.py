@@ -1,7 +1,7 @@
 """A rank of a tiny, torch-free training loop instrumented with otel_gpu.training (run by the tests).
 
 Each phase sleeps in its own function so wall-clock flame graphs show it; rank 1 is made
-slower so straggler panels have something to show. Usage: train_loop.py STEPS STEP_SECONDS
+slower so straggler panels have something to show (rank 0 waits for it in an all-reduce). Usage: train_loop.py STEPS STEP_SECONDS
 """
 import os
 import sys
@@ -43,6 +43,8 @@ def main(steps: int, step_s: float) -> None:
                 forward_pass(0.4 * step_s * slow)
             with otg.phase("backward"):
                 backward_pass(0.4 * step_s * slow)
+                with otg.collective("all_reduce"):   # the faster rank waits for the slower one here
+                    time.sleep(0.8 * step_s * (1.5 - slow) + 0.01)
             with otg.phase("optimizer"):
                 optimizer_step(0.1 * step_s)
         if i == steps // 2:
