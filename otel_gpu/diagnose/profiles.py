@@ -21,6 +21,9 @@ import httpx
 COMM = re.compile(
     r"fetch_sub_module|reduce_and_partition_ipg_grads|reduce_ipg_grads|all_?gather|all_?reduce|"
     r"reduce_?scatter|all_?to_?all|(^|\.)_*(broadcast\w*|barrier|i?send|i?recv)$", re.I)
+# Frames of threads that are never training: the OpenTelemetry exporter's thread sends over HTTP
+# (`Session.send` would match the communication pattern above).
+NOT_TRAINING = re.compile(r"(^|\.)(_ticker|_receive_metrics)$")
 ZERO = re.compile(r"fetch_sub_module|reduce_and_partition_ipg_grads|reduce_ipg_grads|partition_param|_allgather_param", re.I)
 PHASE_LABEL = "phase"
 NS = 1e-9
@@ -28,6 +31,11 @@ NS = 1e-9
 
 def is_comm(function: str) -> bool:
     return bool(COMM.search(function))
+
+
+def is_helper(stack: Sequence[str]) -> bool:
+    """True for a stack of a thread that never trains (the metrics exporter's)."""
+    return any(NOT_TRAINING.search(f) for f in stack)
 
 
 @dataclass
@@ -75,6 +83,8 @@ def from_samples(samples: Iterable[tuple[Sequence[str], float, Mapping[str, str]
     """From (stack leaf-first, value, sample labels, series labels); values in `unit_s` seconds."""
     out = ProfileSummary("pprof", group_label)
     for stack, value, labels, series in samples:
+        if is_helper(stack):
+            continue
         comm = any(is_comm(f) for f in stack)
         if not comm and PHASE_LABEL not in labels:
             continue
@@ -129,7 +139,7 @@ def flame_weights(flamebearer: Mapping, unit_s: float = NS) -> tuple[float, floa
         f[0] += self_ * unit_s
         if name not in anc:
             f[1] += total * unit_s
-        if is_comm(name) and not any(is_comm(a) for a in anc):
+        if is_comm(name) and not any(is_comm(a) for a in anc) and not is_helper([name, *anc]):
             comm += total * unit_s
     return root, comm, functions
 

@@ -318,3 +318,13 @@ def test_phase_occupancy_from_cumulative_seconds():
     assert occupancy([100.0, 100.0, 101.0], 1.0, 1) == [0, 0, 1.0]
     # a series first seen inside the window: its first value happened just before
     assert occupancy([None, None, 1.5], 1.0, 1) == [0, 0.5, 1.0]
+
+
+def test_the_exporter_threads_http_send_is_not_communication():
+    ns = 1e9
+    p = from_samples([
+        (["send", "Session.send", "post", "_export", "export", "_receive_metrics", "_ticker", "run"], 30 * ns, {}, {"rank": "0"}),
+        (["all_reduce", "backward", "main"], 10 * ns, {"phase": "backward"}, {"rank": "0"}),
+        (["matmul", "forward", "main"], 60 * ns, {"phase": "forward"}, {"rank": "0"}),
+    ])
+    assert p.training_s == pytest.approx(70.0) and p.comm_share() == pytest.approx(10 / 70)
