@@ -9,9 +9,13 @@ scarcer than bytes (level-1 gzip of a 100 KB scrape added ~6% to the agent's CPU
 """
 from __future__ import annotations
 
+import errno
+import os
 import re
+import resource
 import socket
 import threading
+import time
 from math import isfinite
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
@@ -21,6 +25,11 @@ from .. import names
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _MAX_HEADERS, _MAX_LINE = 100, 65537
+MAX_CONNECTIONS = 64       # open scrape connections at most (Prometheus keeps one per target)
+LISTEN_BACKLOG = 1024      # connects the kernel queues before accept (capped by net.core.somaxconn)
+IDLE_TIMEOUT_S = 300       # an idle keep-alive connection is closed after this (seconds)
+ACCEPT_RETRY_S = 0.05      # first pause after accept() found no descriptor (doubles to 1 s)
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _TYPES = {"gauge": "gauge", "updowncounter": "gauge", "counter": "counter"}
 
 
@@ -99,13 +108,33 @@ def _prometheus_float(v: float) -> str:
     return repr(v) if isfinite(v) else ("NaN" if v != v else ("+Inf" if v > 0 else "-Inf"))
 
 
-class ScrapeEndpoint:
-    """Serves `render()` at /metrics on host:port (127.0.0.1 unless told otherwise)."""
+class _Conn:
+    """One open connection: its socket, and since when it waits for a request (None: serving)."""
 
-    def __init__(self, render: Callable[[], bytes], port: int, host: str = "127.0.0.1"):
+    __slots__ = ("sock", "idle_since")
+
+    def __init__(self, sock, now: float):
+        self.sock, self.idle_since = sock, now
+
+
+class ScrapeEndpoint:
+    """Serves `render()` at /metrics on host:port (127.0.0.1 unless told otherwise).
+
+    Built to keep serving under floods and descriptor exhaustion: at most `max_connections`
+    are open at once (a new one evicts the connection idle the longest); when accept() fails
+    for lack of descriptors (EMFILE/ENFILE) an idle connection is evicted, or else a spare
+    descriptor is given up to accept and close the waiting connection; the listen backlog
+    holds a burst of LISTEN_BACKLOG connects. Connections closed unserved are counted in
+    `refused` (exported as otelgpu.agent.scrape.refused).
+    """
+
+    def __init__(self, render: Callable[[], bytes], port: int, host: str = "127.0.0.1",
+                 max_connections: int | None = None):
+        endpoint = self
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"   # keep-alive: a scraper reuses one connection and thread
-            timeout = 300                   # seconds an idle connection may hold its thread
+            timeout = IDLE_TIMEOUT_S        # seconds an idle connection may hold its thread
 
             def parse_request(self):
                 """The request line and the Connection header, without the email package's
@@ -132,41 +161,161 @@ class ScrapeEndpoint:
                 return False
 
             def do_GET(self):
-                if self.path.split("?")[0] not in ("/metrics", "/"):
-                    self.send_error(404)
-                    return
-                body = render()
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                conn = endpoint._conns.get(self.request)
+                if conn is not None:
+                    conn.idle_since = None   # serving: not to be evicted
+                try:
+                    if self.path.split("?")[0] not in ("/metrics", "/"):
+                        self.send_error(404)
+                        return
+                    body = render()
+                    self.send_response(200)
+                    self.send_header("Content-Type", CONTENT_TYPE)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                finally:
+                    if conn is not None:
+                        conn.idle_since = time.monotonic()
 
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            request_queue_size = LISTEN_BACKLOG   # socketserver's default is 5: a burst got SYN retries
+            daemon_threads = True
+
+            def shutdown_request(self, request):
+                endpoint._forget(request)
+                super().shutdown_request(request)
+
+            def handle_error(self, request, client_address):
+                pass   # a client that reset or was evicted mid-reply: nothing to report, no traceback
+
+        self.refused = 0
+        self.max_connections = max_connections or default_max_connections()
+        self._conns: dict[socket.socket, _Conn] = {}
+        self._lock = threading.Lock()
+        self._closing = False
+        self._spare = _open_spare()
+        self._server = Server((host, port), Handler)
         self.host, self.port = host, self._server.server_port
         self._thread = threading.Thread(target=self._accept_loop, name="otelgpu-scrape", daemon=True)
         self._thread.start()
 
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
     def _accept_loop(self) -> None:
         """Blocks in accept() until close(): unlike `serve_forever`, which polls twice a
-        second, an idle endpoint costs no wake-ups."""
-        server = self._server
-        while True:
+        second, an idle endpoint costs no wake-ups. Never returns on an accept error."""
+        server, pause = self._server, ACCEPT_RETRY_S
+        while not self._closing:
             try:
-                conn, addr = server.socket.accept()
-            except OSError:   # close() shut the socket down
-                return
-            server.process_request(conn, addr)   # one thread per connection (kept alive)
+                sock, addr = server.socket.accept()
+            except OSError as exc:
+                if self._closing:
+                    return
+                if exc.errno in _OUT_OF_DESCRIPTORS:
+                    if not (self._evict_idle() or self._refuse_with_spare()):
+                        time.sleep(pause)          # nothing of ours to free: wait for descriptors
+                        pause = min(1.0, pause * 2)
+                        continue
+                    time.sleep(ACCEPT_RETRY_S)     # the evicted connection's thread closes it
+                elif exc.errno in (errno.EBADF, errno.EINVAL, errno.ENOTSOCK):
+                    return                         # the listening socket is gone
+                continue                           # ECONNABORTED, EINTR, EPROTO...: the next one
+            pause = ACCEPT_RETRY_S
+            if self._spare is None:
+                self._spare = _open_spare()
+            self._admit(sock, addr)
+
+    def _admit(self, sock, addr) -> None:
+        if len(self._conns) >= self.max_connections and not self._evict_idle():
+            self._close_unserved(sock)   # every connection is mid-reply: this one waits no longer
+            return
+        with self._lock:
+            self._conns[sock] = _Conn(sock, time.monotonic())
+        try:
+            self._server.process_request(sock, addr)   # one thread per connection (kept alive)
+        except RuntimeError:   # no thread could be started (process limits)
+            self._forget(sock)
+            self._close_unserved(sock)
+
+    def _evict_idle(self) -> bool:
+        """Shut down the connection idle the longest (its thread then closes it); False if none."""
+        with self._lock:
+            idle = [c for c in self._conns.values() if c.idle_since is not None]
+            if not idle:
+                return False
+            victim = min(idle, key=lambda c: c.idle_since)
+            victim.idle_since = None      # evicted once
+            self.refused += 1
+        try:
+            victim.sock.shutdown(socket.SHUT_RDWR)   # wakes its thread's blocked read
+        except OSError:
+            pass   # already closed by its thread
+        return True
+
+    def _refuse_with_spare(self) -> bool:
+        """Out of descriptors with nothing to evict: free the spare, accept and close one waiting
+        connection (the client sees a close at once instead of hanging), take the spare back."""
+        if self._spare is None:
+            return False
+        os.close(self._spare)
+        self._spare = None
+        try:
+            sock, _ = self._server.socket.accept()
+        except OSError:
+            return False
+        finally:
+            self._spare = _open_spare()
+        self._close_unserved(sock)
+        return True
+
+    def _close_unserved(self, sock) -> None:
+        self.refused += 1
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+    def _forget(self, sock) -> None:
+        with self._lock:
+            self._conns.pop(sock, None)
 
     def close(self) -> None:
+        self._closing = True
         try:
             self._server.socket.shutdown(socket.SHUT_RDWR)   # wakes the blocked accept()
         except OSError:
             pass   # not connected: nothing to wake
         self._thread.join(1.0)
         self._server.server_close()
+        with self._lock:
+            conns = list(self._conns.values())
+        for conn in conns:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass   # already closed by its thread
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
 
+
+def default_max_connections() -> int:
+    """A quarter of the descriptor limit, between 4 and MAX_CONNECTIONS: the rest stays for the
+    agent's own reads (/proc, /sys, NVML) and its OTLP export."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(4, min(MAX_CONNECTIONS, soft // 4))
+
+
+def _open_spare() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        return None
