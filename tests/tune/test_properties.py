@@ -1,0 +1,121 @@
+"""Property tests: any space file, base config or model config either parses into something
+usable or is refused with one line (SpaceError / ConfigError), never another exception."""
+from __future__ import annotations
+
+import json
+import math
+
+import optuna
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from otel_gpu.tune import config as C
+from otel_gpu.tune.space import KNOWN_PATHS, Space, SpaceError, load_space, parse_space
+
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                         HealthCheck.function_scoped_fixture])
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
+                    st.text(max_size=12), st.sampled_from(["1e9", "auto", "nan", "inf", "-1e400", ".inf"]))
+names = st.one_of(st.sampled_from(sorted(KNOWN_PATHS)), st.sampled_from(["zero_optimization.x", "a.b.c", "x"]),
+                  st.text(max_size=10))
+keys = st.sampled_from(["low", "high", "log", "choices", "type", "fixed", "other"])
+values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                                         st.dictionaries(keys, inner, max_size=4)), max_leaves=12)
+param_specs = st.one_of(st.just(False), st.none(), values,
+                        st.fixed_dictionaries({}, optional={"low": scalars, "high": scalars, "log": scalars,
+                                                            "type": st.sampled_from(["int", "float", "str", 3])}),
+                        st.fixed_dictionaries({"choices": st.lists(scalars, max_size=4)}))
+space_docs = st.one_of(
+    values,
+    st.fixed_dictionaries({}, optional={
+        "params": st.one_of(values, st.lists(scalars, max_size=2), st.dictionaries(names, param_specs, max_size=5)),
+        "enqueue": st.one_of(values, st.lists(st.dictionaries(names, scalars, max_size=3), max_size=3)),
+        "other": scalars}))
+
+
+def _check_usable(space: Space) -> None:
+    assert space.params
+    for p in space.params:
+        if p.kind == "choice":
+            assert p.choices
+        else:
+            assert math.isfinite(p.low) and math.isfinite(p.high) and p.low <= p.high
+            assert not p.log or p.low > 0
+            p.suggest(optuna.trial.FixedTrial({p.name: p.low}))
+    for entry in space.enqueue:
+        for value in entry.values():
+            assert not isinstance(value, float) or math.isfinite(value)
+
+
+@FAST
+@given(space_docs)
+def test_any_space_document_parses_to_a_usable_space_or_one_line(doc):
+    try:
+        space = parse_space(doc)
+    except SpaceError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    _check_usable(space)
+
+
+@FAST
+@given(st.one_of(st.binary(max_size=200), st.text(max_size=200).map(str.encode),
+                 space_docs.map(lambda d: json.dumps(d).encode())))
+def test_any_space_file_loads_or_is_refused_in_one_line(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("space") / "space.yaml"
+    path.write_bytes(data)
+    try:
+        space = load_space(path)
+    except SpaceError as exc:
+        assert "\n" not in str(exc)
+        return
+    _check_usable(space)
+
+
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-10**20, 10**20), st.floats(), st.text(max_size=8),
+              st.just("auto")),
+    lambda inner: st.one_of(st.lists(inner, max_size=3),
+                            st.dictionaries(st.sampled_from(["zero_optimization", "stage", "reduce_bucket_size",
+                                                             "train_batch_size", "train_micro_batch_size_per_gpu",
+                                                             "gradient_accumulation_steps", "fp16", "bf16", "enabled",
+                                                             "hidden_size", "hidden_sizes", "text_config", "x"]),
+                                            inner, max_size=5)), max_leaves=15)
+
+
+@FAST
+@given(st.one_of(st.binary(max_size=120), json_values.map(lambda v: json.dumps(v).encode())))
+def test_any_base_config_file_reads_as_an_object_or_one_line(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("cfg") / "ds.json"
+    path.write_bytes(data)
+    try:
+        config = C.read_config(path)
+    except C.ConfigError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert isinstance(config, dict)
+
+
+@FAST
+@given(json_values, st.integers(1, 64) | st.none())
+def test_validate_and_resolve_never_raise_on_any_json_object(doc, world):
+    config = doc if isinstance(doc, dict) else {"zero_optimization": doc}
+    reasons = C.validate(config, world)
+    assert all(isinstance(r, str) for r in reasons)
+    resolved = C.resolve_auto(config, C.Facts(hidden_size=64, micro_batch=2, grad_accum=2, world_size=world,
+                                              precision="bf16"))
+    assert isinstance(resolved, dict)
+
+
+@FAST
+@given(json_values)
+def test_hidden_size_from_any_model_config_is_a_positive_int_or_one_line(tmp_path_factory, doc):
+    folder = tmp_path_factory.mktemp("model")
+    (folder / "config.json").write_text(json.dumps(doc))
+    try:
+        h = C.hidden_size_from_model(folder)
+    except C.ConfigError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert isinstance(h, int) and not isinstance(h, bool) and h >= 1
