@@ -13,6 +13,7 @@ import errno
 import os
 import re
 import resource
+import select
 import socket
 import threading
 import time
@@ -29,6 +30,8 @@ MAX_CONNECTIONS = 64       # open scrape connections at most (Prometheus keeps o
 LISTEN_BACKLOG = 1024      # connects the kernel queues before accept (capped by net.core.somaxconn)
 IDLE_TIMEOUT_S = 300       # an idle keep-alive connection is closed after this (seconds)
 ACCEPT_RETRY_S = 0.05      # first pause after accept() found no descriptor (doubles to 1 s)
+EVICT_BATCH = 16           # idle connections evicted at once when accept() finds no descriptor
+IDLE_AFTER_S = 1.0         # a connection silent this long is idle enough to evict for a new one
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _TYPES = {"gauge": "gauge", "updowncounter": "gauge", "counter": "counter"}
 
@@ -109,12 +112,13 @@ def _prometheus_float(v: float) -> str:
 
 
 class _Conn:
-    """One open connection: its socket, and since when it waits for a request (None: serving)."""
+    """One open connection: its socket, and since when its thread waits for a request
+    (None: its thread has not started yet, or it is reading or answering a request)."""
 
-    __slots__ = ("sock", "idle_since")
+    __slots__ = ("sock", "idle_since", "evicted")
 
-    def __init__(self, sock, now: float):
-        self.sock, self.idle_since = sock, now
+    def __init__(self, sock):
+        self.sock, self.idle_since, self.evicted = sock, None, False
 
 
 class ScrapeEndpoint:
@@ -136,9 +140,18 @@ class ScrapeEndpoint:
             protocol_version = "HTTP/1.1"   # keep-alive: a scraper reuses one connection and thread
             timeout = IDLE_TIMEOUT_S        # seconds an idle connection may hold its thread
 
+            def handle_one_request(self):
+                conn = endpoint._conns.get(self.request)
+                if conn is not None:
+                    conn.idle_since = time.monotonic()   # waiting for a request: idle
+                super().handle_one_request()
+
             def parse_request(self):
                 """The request line and the Connection header, without the email package's
                 general header parser: a scrape needs nothing else, other headers are skipped."""
+                conn = endpoint._conns.get(self.request)
+                if conn is not None:
+                    conn.idle_since = None   # a request came: busy until it is answered
                 self.command = None   # until the request line parses
                 self.requestline = self.raw_requestline.decode("iso-8859-1").rstrip("\r\n")
                 words = self.requestline.split()
@@ -161,22 +174,15 @@ class ScrapeEndpoint:
                 return False
 
             def do_GET(self):
-                conn = endpoint._conns.get(self.request)
-                if conn is not None:
-                    conn.idle_since = None   # serving: not to be evicted
-                try:
-                    if self.path.split("?")[0] not in ("/metrics", "/"):
-                        self.send_error(404)
-                        return
-                    body = render()
-                    self.send_response(200)
-                    self.send_header("Content-Type", CONTENT_TYPE)
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
-                finally:
-                    if conn is not None:
-                        conn.idle_since = time.monotonic()
+                if self.path.split("?")[0] not in ("/metrics", "/"):
+                    self.send_error(404)
+                    return
+                body = render()
+                self.send_response(200)
+                self.send_header("Content-Type", CONTENT_TYPE)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
             def log_message(self, *args):
                 pass
@@ -186,8 +192,8 @@ class ScrapeEndpoint:
             daemon_threads = True
 
             def shutdown_request(self, request):
+                super().shutdown_request(request)   # closes it: its descriptor is free
                 endpoint._forget(request)
-                super().shutdown_request(request)
 
             def handle_error(self, request, client_address):
                 pass   # a client that reset or was evicted mid-reply: nothing to report, no traceback
@@ -195,7 +201,7 @@ class ScrapeEndpoint:
         self.refused = 0
         self.max_connections = max_connections or default_max_connections()
         self._conns: dict[socket.socket, _Conn] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._closing = False
         self._spare = _open_spare()
         self._server = Server((host, port), Handler)
@@ -210,53 +216,67 @@ class ScrapeEndpoint:
     def _accept_loop(self) -> None:
         """Blocks in accept() until close(): unlike `serve_forever`, which polls twice a
         second, an idle endpoint costs no wake-ups. Never returns on an accept error."""
-        server, pause = self._server, ACCEPT_RETRY_S
+        server, pause, starved_since = self._server, ACCEPT_RETRY_S, None
         while not self._closing:
             try:
                 sock, addr = server.socket.accept()
             except OSError as exc:
                 if self._closing:
                     return
-                if exc.errno in _OUT_OF_DESCRIPTORS:
-                    if not (self._evict_idle() or self._refuse_with_spare()):
-                        time.sleep(pause)          # nothing of ours to free: wait for descriptors
-                        pause = min(1.0, pause * 2)
-                        continue
-                    time.sleep(ACCEPT_RETRY_S)     # the evicted connection's thread closes it
-                elif exc.errno in (errno.EBADF, errno.EINVAL, errno.ENOTSOCK):
+                if exc.errno in (errno.EBADF, errno.EINVAL, errno.ENOTSOCK):
                     return                         # the listening socket is gone
-                continue                           # ECONNABORTED, EINTR, EPROTO...: the next one
-            pause = ACCEPT_RETRY_S
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    continue                       # ECONNABORTED, EINTR, EPROTO...: the next one
+                now = time.monotonic()
+                starved_since = starved_since or now
+                starved = now - starved_since >= IDLE_AFTER_S
+                # the connection silent the longest (one just accepted may be about to send its
+                # request: not before ACCEPT_RETRY_S, unless starved); with none, the spare descriptor
+                if (self._evict_idle(IDLE_AFTER_S, EVICT_BATCH)
+                        or self._evict_idle(0.0 if starved else ACCEPT_RETRY_S, EVICT_BATCH)):
+                    self._wait_released(ACCEPT_RETRY_S)
+                elif not (starved and not self._releasing() and self._refuse_with_spare()):
+                    time.sleep(pause)              # replies under way free their descriptors soon
+                    pause = min(1.0, pause * 2)
+                continue
+            pause, starved_since = ACCEPT_RETRY_S, None
             if self._spare is None:
                 self._spare = _open_spare()
             self._admit(sock, addr)
 
     def _admit(self, sock, addr) -> None:
-        if len(self._conns) >= self.max_connections and not self._evict_idle():
-            self._close_unserved(sock)   # every connection is mid-reply: this one waits no longer
-            return
+        """Serve `sock`; over `max_connections`, first evict a connection silent for IDLE_AFTER_S,
+        and over twice that, the one idle the longest (or, with none idle, refuse this one)."""
+        if len(self._conns) >= self.max_connections and not self._evict_idle(IDLE_AFTER_S):
+            if len(self._conns) >= 2 * self.max_connections and not self._evict_idle(0.0):
+                self._close_unserved(sock)   # every connection is mid-reply: this one waits no longer
+                return
         with self._lock:
-            self._conns[sock] = _Conn(sock, time.monotonic())
+            self._conns[sock] = _Conn(sock)
         try:
             self._server.process_request(sock, addr)   # one thread per connection (kept alive)
         except RuntimeError:   # no thread could be started (process limits)
             self._forget(sock)
             self._close_unserved(sock)
 
-    def _evict_idle(self) -> bool:
-        """Shut down the connection idle the longest (its thread then closes it); False if none."""
+    def _evict_idle(self, at_least_s: float, count: int = 1) -> bool:
+        """Shut down the `count` connections silent the longest, if for `at_least_s` seconds and
+        with no request waiting in their socket (their threads then close them); False if none."""
         with self._lock:
-            idle = [c for c in self._conns.values() if c.idle_since is not None]
-            if not idle:
-                return False
-            victim = min(idle, key=lambda c: c.idle_since)
-            victim.idle_since = None      # evicted once
-            self.refused += 1
-        try:
-            victim.sock.shutdown(socket.SHUT_RDWR)   # wakes its thread's blocked read
-        except OSError:
-            pass   # already closed by its thread
-        return True
+            since = time.monotonic() - at_least_s
+            idle = sorted((c for c in self._conns.values()
+                           if c.idle_since is not None and c.idle_since <= since and not c.evicted),
+                          key=lambda c: c.idle_since)
+            victims = [c for c in idle if not _request_waiting(c.sock)][:count]
+            for victim in victims:
+                victim.evicted = True         # counted once, even if a reply is under way
+            self.refused += len(victims)
+        for victim in victims:
+            try:
+                victim.sock.shutdown(socket.SHUT_RDWR)   # wakes its thread's blocked read
+            except OSError:
+                pass   # already closed by its thread
+        return bool(victims)
 
     def _refuse_with_spare(self) -> bool:
         """Out of descriptors with nothing to evict: free the spare, accept and close one waiting
@@ -284,6 +304,17 @@ class ScrapeEndpoint:
     def _forget(self, sock) -> None:
         with self._lock:
             self._conns.pop(sock, None)
+            self._lock.notify_all()
+
+    def _releasing(self) -> bool:
+        """Whether an evicted connection is still to be closed by its thread."""
+        with self._lock:
+            return any(c.evicted for c in self._conns.values())
+
+    def _wait_released(self, timeout_s: float) -> None:
+        """Wait until some connection's thread has let go of its socket (or `timeout_s`)."""
+        with self._lock:
+            self._lock.wait(timeout_s)
 
     def close(self) -> None:
         self._closing = True
@@ -312,6 +343,16 @@ def default_max_connections() -> int:
     if soft == resource.RLIM_INFINITY:
         return MAX_CONNECTIONS
     return max(4, min(MAX_CONNECTIONS, soft // 4))
+
+
+def _request_waiting(sock) -> bool:
+    """Whether bytes (a request) wait unread in `sock`: such a connection is not idle."""
+    try:
+        poller = select.poll()   # not recv(MSG_PEEK): on a socket with a timeout, that one waits
+        poller.register(sock.fileno(), select.POLLIN)
+        return any(mask & select.POLLIN for _, mask in poller.poll(0))
+    except (OSError, ValueError):
+        return False      # closed meanwhile: nothing to serve there
 
 
 def _open_spare() -> int | None:
