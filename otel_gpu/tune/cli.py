@@ -61,6 +61,9 @@ def register(sub) -> None:
     g.add_argument("--export-interval", type=bounded_int(10, 3_600_000), default=1000, metavar="MS",
                    help="OTEL_METRIC_EXPORT_INTERVAL for trials that do not set one (default 1000)")
     g.add_argument("--no-deepspeed-check", action="store_true", help="skip DeepSpeed's own config model check")
+    g.add_argument("--prebuild-ops", type=_op_names, default=(), metavar="NAMES",
+                   help="DeepSpeed op builders to build once before the first trial, comma-separated "
+                        "(e.g. CPUAdamBuilder), so no trial is killed in a first JIT build")
     p.add_argument("--seed", type=bounded_int(0, 2**32 - 1), help="sampler seed")
     p.add_argument("--report-only", action="store_true", help="write the report and best config of an existing study")
     p.set_defaults(func=run)
@@ -97,7 +100,16 @@ def _settings(args):
         max_memory_bytes=args.max_gpu_memory * 2**30 if args.max_gpu_memory else None,
         instrument=not args.no_instrument and bool(args.prometheus or args.otlp or _otlp_set(os.environ)),
         export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,
-        seed=args.seed, deepspeed_check=not args.no_deepspeed_check)
+        seed=args.seed, deepspeed_check=not args.no_deepspeed_check, prebuild_ops=args.prebuild_ops)
+
+
+def _op_names(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated Python identifiers (DeepSpeed op builder class names)."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if not n.isidentifier()]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected op builder names such as CPUAdamBuilder")
+    return names
 
 
 def _otlp_set(env) -> bool:
@@ -178,7 +190,9 @@ def run(args) -> int:
         import optuna
     except ImportError:
         raise UsageError("optuna is not installed (pip install 'otel-gpu[tune]')") from None
+    from ..errors import Failure
     from . import config as C, report
+    from .extensions import PrebuildError
     from .study import TuneError, Tuner, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -200,6 +214,8 @@ def run(args) -> int:
     tuner.events = Progress(tuner, console)
     try:
         tuner.prepare()
+    except PrebuildError as exc:   # the op does not build here: a runtime failure
+        raise Failure(str(exc)) from None
     except (TuneError, OSError, C.ConfigError) as exc:   # the base config, the study, the --out folder
         raise UsageError(getattr(exc, "strerror", None) and f"{exc.strerror}: {exc.filename}" or str(exc)) from None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)

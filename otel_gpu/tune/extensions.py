@@ -100,3 +100,58 @@ def clean_stale(roots: Iterable[Path], proc_root: str = "/proc") -> list[Path]:
         shutil.rmtree(aside, ignore_errors=True)
         removed.append(folder)
     return removed
+
+
+# ---- building DeepSpeed's ops once, before the first trial -------------------------------------
+
+_PREBUILD = """
+import sys
+from deepspeed.accelerator import get_accelerator
+for name in sys.argv[1:]:
+    builder = get_accelerator().create_op_builder(name)
+    if builder is None or type(builder).__name__ == "NotImplementedBuilder":
+        print(f"PREBUILD-UNKNOWN {name}", flush=True)
+        sys.exit(3)
+    print(f"PREBUILD-START {name}", flush=True)
+    builder.load(verbose=False)
+    print(f"PREBUILD-DONE {name}", flush=True)
+"""
+
+
+class PrebuildError(RuntimeError):
+    """An op could not be built before the study (one line)."""
+
+
+def prebuild_ops(names: list[str], env: Mapping[str, str], timeout_s: float, log_path: Path,
+                 grace_s: float = 5.0) -> None:
+    """Build DeepSpeed ops (op builder names, e.g. CPUAdamBuilder) in one child process with the
+    trials' environment, so no trial is killed in the middle of a first build. A build still
+    running at `timeout_s` is killed with its process group; PrebuildError says which op."""
+    import subprocess
+    import sys
+
+    from .trial import kill_group, read_tail
+
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-c", _PREBUILD, *names], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True)
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid, grace_s, proc)
+    finally:
+        if proc.poll() is None:
+            kill_group(proc.pid, grace_s, proc)
+        proc.wait()
+    tail = read_tail(log_path)
+    started = [line.split(" ", 1)[1] for line in tail.splitlines() if line.startswith("PREBUILD-START ")]
+    unknown = [line.split(" ", 1)[1] for line in tail.splitlines() if line.startswith("PREBUILD-UNKNOWN ")]
+    if unknown:
+        raise PrebuildError(f"--prebuild-ops: DeepSpeed has no op builder {unknown[-1]!r} for this accelerator")
+    if proc.returncode != 0:
+        op = started[-1] if started else "the ops"
+        lines = [" ".join(x.split()) for x in tail.splitlines() if x.strip()]
+        why = (f"not built within {timeout_s:g} s" if proc.returncode < 0
+               else f"exit status {proc.returncode}: {lines[-1][:200] if lines else 'no output'}")
+        raise PrebuildError(f"building DeepSpeed op {op} before the first trial failed ({why}); log: {log_path}")

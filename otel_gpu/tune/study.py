@@ -62,6 +62,7 @@ class Settings:
     seed: int | None = None
     deepspeed_check: bool = True
     stale_after_s: float = 300.0
+    prebuild_ops: tuple[str, ...] = ()      # DeepSpeed op builder names to build before the first trial
 
 
 @dataclass
@@ -178,6 +179,15 @@ class Tuner:
             self._seed(identity, values)
         self.retire_stale()
         self._clean_extensions("before the first trial")
+        if s.prebuild_ops:
+            self.events("note", f"building DeepSpeed op(s) {', '.join(s.prebuild_ops)} before the first trial")
+            env = T.trial_env(self.env, f"{s.study_name}-prebuild", instrument=False, export_interval_ms=None,
+                              otlp_endpoint=s.otlp_endpoint)
+            try:
+                X.prebuild_ops(list(s.prebuild_ops), env, s.timeout_s, s.out / "prebuild.log", s.grace_s)
+            except X.PrebuildError:
+                self._clean_extensions("after the failed build")
+                raise
 
     def _clean_extensions(self, when: str) -> list[Path]:
         """Remove torch extension builds a killed process left (their lock held by no process)."""

@@ -114,3 +114,32 @@ def test_startup_hang_reason_falls_back_to_the_last_output():
     assert T.startup_hang_reason(60, None, "loading\r50%\r\n\n") == (
         "start-up hang: no training step within the 60 s trial timeout; process group killed; last output: 50%")
     assert T.startup_hang_reason(60, None, "").endswith("no output at all")
+
+
+def test_prebuild_refuses_an_unknown_op_in_one_line(tmp_path):
+    s = _settings(tmp_path, copy_base(tmp_path), fake_command(steps=2), trials=1, space=ONE_KNOB,
+                  instrument=False, prebuild_ops=("NoSuchOpBuilder",))
+    tuner = Tuner(s, LogObjective(warmup=1), env=clean_env(TORCH_EXTENSIONS_DIR=str(tmp_path / "ext")))
+    with pytest.raises(X.PrebuildError) as err:
+        tuner.prepare()
+    assert str(err.value) == "--prebuild-ops: DeepSpeed has no op builder 'NoSuchOpBuilder' for this accelerator"
+
+
+def test_a_prebuild_stalled_past_the_timeout_is_killed_and_cleaned(tmp_path):
+    """DeepSpeed's own op build (the CPU accelerator's shared-memory comm op), stalled by the
+    compiler wrapper: killed at the timeout, named, and its half-built folder removed."""
+    pytest.importorskip("deepspeed", reason="DeepSpeed (the `train` extra) provides the op builders")
+    ext = tmp_path / "ext"
+    stall = tmp_path / "cxx"
+    stall.write_text('#!/bin/sh\nsleep 600\n')
+    stall.chmod(0o755)
+    s = _settings(tmp_path, copy_base(tmp_path), fake_command(steps=2), trials=1, space=ONE_KNOB, timeout_s=25.0,
+                  grace_s=1.0, instrument=False, prebuild_ops=("ShareMemCommBuilder",))
+    notes = []
+    tuner = Tuner(s, LogObjective(warmup=1), env=clean_env(TORCH_EXTENSIONS_DIR=str(ext), CXX=str(stall)),
+                  events=lambda kind, p: notes.append(p) if kind == "note" else None)
+    with pytest.raises(X.PrebuildError) as err:
+        tuner.prepare()
+    assert "building DeepSpeed op ShareMemCommBuilder before the first trial failed (not built within 25 s)" \
+        in str(err.value)
+    assert X.find_locks([ext]) == [] and any("after the failed build" in n for n in notes), notes
