@@ -17,6 +17,7 @@ import select
 import socket
 import threading
 import time
+from itertools import islice
 from math import isfinite
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
@@ -267,7 +268,7 @@ class ScrapeEndpoint:
             idle = sorted((c for c in self._conns.values()
                            if c.idle_since is not None and c.idle_since <= since and not c.evicted),
                           key=lambda c: c.idle_since)
-            victims = [c for c in idle if not _request_waiting(c.sock)][:count]
+            victims = list(islice((c for c in idle if not _request_waiting(c.sock)), count))
             for victim in victims:
                 victim.evicted = True         # counted once, even if a reply is under way
             self.refused += len(victims)
@@ -288,10 +289,10 @@ class ScrapeEndpoint:
         try:
             sock, _ = self._server.socket.accept()
         except OSError:
-            return False
-        finally:
             self._spare = _open_spare()
-        self._close_unserved(sock)
+            return False
+        self._close_unserved(sock)         # first: the spare takes its descriptor back
+        self._spare = _open_spare()
         return True
 
     def _close_unserved(self, sock) -> None:
