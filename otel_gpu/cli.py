@@ -53,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+    except SystemExit as exc:   # --help, --version (0) or a bad flag (2, its line already printed)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     name = f"otel-gpu {args.subcommand}"
