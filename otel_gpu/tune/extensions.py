@@ -9,6 +9,9 @@ the extension's build folder (its half-written objects), before the first trial 
 each one, so the next trial builds the op afresh instead of hanging.
 
 Linux only (open descriptors are read from /proc); elsewhere nothing is found or removed.
+Only processes this one can see are asked: a build in another PID namespace (another container
+sharing the same extensions folder) would look like a leftover, so give each container its own
+TORCH_EXTENSIONS_DIR.
 """
 from __future__ import annotations
 
