@@ -6,7 +6,6 @@ so the trial timeout kills it mid-build.
 """
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
