@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from otel_gpu.sources import disk, host, infiniband, net, process, procenv
 
-FAST = settings(max_examples=200, deadline=None)
+FAST = settings(max_examples=100, deadline=None)
 counters = st.integers(0, 2**64 - 1)
 iface = st.text(st.characters(min_codepoint=33, max_codepoint=126, blacklist_characters=":|"), min_size=1, max_size=15)
 junk = st.one_of(st.text(max_size=300), st.lists(st.text(max_size=30), max_size=8).map("\n".join))

@@ -69,6 +69,7 @@ def _op_source(tmp_path):
     return src
 
 
+@pytest.mark.slow
 def test_a_trial_killed_mid_build_does_not_poison_the_next(tmp_path):
     """Trial 0's build stalls (the compiler wrapper sleeps once) and is killed at its timeout,
     leaving torch's lock; it is a start-up hang that says so, and trial 1 builds and runs."""
@@ -92,6 +93,7 @@ def test_a_trial_killed_mid_build_does_not_poison_the_next(tmp_path):
     assert X.find_locks([ext]) == []
 
 
+@pytest.mark.slow
 def test_a_trial_stuck_on_another_builds_lock_is_a_start_up_hang_naming_it(tmp_path):
     ext = tmp_path / "torch_extensions"
     holder = _lock_like_torch(ext / "otelgpu_test_op", hold=True)
@@ -115,6 +117,7 @@ def test_startup_hang_reason_falls_back_to_the_last_output():
     assert T.startup_hang_reason(60, None, "").endswith("no output at all")
 
 
+@pytest.mark.slow
 def test_prebuild_refuses_an_unknown_op_in_one_line(tmp_path):
     s = _settings(tmp_path, copy_base(tmp_path), fake_command(steps=2), trials=1, space=ONE_KNOB,
                   instrument=False, prebuild_ops=("NoSuchOpBuilder",))
@@ -124,6 +127,7 @@ def test_prebuild_refuses_an_unknown_op_in_one_line(tmp_path):
     assert str(err.value) == "--prebuild-ops: DeepSpeed has no op builder 'NoSuchOpBuilder' for this accelerator"
 
 
+@pytest.mark.slow
 def test_a_prebuild_stalled_past_the_timeout_is_killed_and_cleaned(tmp_path):
     """DeepSpeed's own op build (the CPU accelerator's shared-memory comm op), stalled by the
     compiler wrapper: killed at the timeout, named, and its half-built folder removed."""
