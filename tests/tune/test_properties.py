@@ -119,3 +119,36 @@ def test_hidden_size_from_any_model_config_is_a_positive_int_or_one_line(tmp_pat
         assert "\n" not in str(exc)
         return
     assert isinstance(h, int) and not isinstance(h, bool) and h >= 1
+
+
+log_rows = st.fixed_dictionaries({"current_steps": st.one_of(st.integers(-5, 50), st.floats(), st.text(max_size=3),
+                                                             st.none()),
+                                  "elapsed_time": st.one_of(st.floats(), st.integers(-10, 10**6),
+                                                            st.sampled_from(["0:00:01", "1 day, 0:00:01", "x", "99:99"]),
+                                                            st.none())})
+
+
+def _sane(stats) -> None:
+    assert stats.step_time_s is None or (math.isfinite(stats.step_time_s) and stats.step_time_s > 0)
+    assert stats.steady_steps >= 0 and stats.total_steps >= 0
+
+
+@FAST
+@given(st.lists(st.one_of(log_rows.map(json.dumps), st.text(max_size=20)), max_size=12), st.integers(0, 5))
+def test_any_trainer_log_gives_a_finite_positive_step_time_or_none(lines, warmup):
+    from otel_gpu.tune.objective import parse_trainer_log
+
+    _sane(parse_trainer_log("\n".join(lines), warmup))
+
+
+progress = st.builds(lambda i, n, clock, rate, unit: f"{i}/{n} [{clock}<00:10, {rate}{unit}]",
+                     st.integers(0, 60), st.integers(0, 60), st.sampled_from(["00:01", "00:00", "1:00:00", "99:59"]),
+                     st.sampled_from(["0", "0.0", "2.5", "1e-9", "9" * 400, "."]), st.sampled_from(["s/it", "it/s"]))
+
+
+@FAST
+@given(st.lists(st.one_of(progress, st.text(max_size=20)), max_size=15), st.integers(0, 5))
+def test_any_progress_output_gives_a_finite_positive_step_time_or_none(lines, warmup):
+    from otel_gpu.tune.objective import parse_progress
+
+    _sane(parse_progress("\r".join(lines), warmup))
