@@ -88,12 +88,18 @@ def steady_from_histogram(series: Iterable, warmup: int) -> StepStats:
         rank = labels.get(RANK_LABEL, str(len(per_rank)))
         if labels.get(WORLD_LABEL, "").isdigit():
             expected = max(expected or 0, int(labels[WORLD_LABEL]))
+        times = [t for t in times if math.isfinite(g["count"][t]) and math.isfinite(g["sum"][t])
+                 and g["count"][t] >= 0 and g["sum"][t] >= 0]   # NaN or negative: not a sample to count
+        if not times:
+            continue
         counts, sums = [g["count"][t] for t in times], [g["sum"][t] for t in times]
         start = next((i for i, c in enumerate(counts) if c >= warmup), None)
         entry = {"total": int(counts[-1]), "steady": 0, "mean": None, "window": None, "last": times[-1]}
         if start is not None and counts[-1] > counts[start]:
             n = counts[-1] - counts[start]
-            entry.update(steady=int(n), mean=(sums[-1] - sums[start]) / n, window=(times[start], times[-1]))
+            mean = (sums[-1] - sums[start]) / n
+            entry.update(steady=int(n), window=(times[start], times[-1]),
+                         mean=mean if math.isfinite(mean) and mean > 0 else None)   # a reset counter: no mean
         per_rank[(labels.get("host_name", ""), rank)] = entry
     if not per_rank:
         return NONE

@@ -152,3 +152,20 @@ def test_any_progress_output_gives_a_finite_positive_step_time_or_none(lines, wa
     from otel_gpu.tune.objective import parse_progress
 
     _sane(parse_progress("\r".join(lines), warmup))
+
+
+@FAST
+@given(st.lists(st.tuples(st.sampled_from(["0", "1"]), st.sampled_from(["_count", "_sum"]),
+                          st.lists(st.tuples(st.integers(0, 20).map(float),
+                                             st.one_of(st.floats(-10, 1e6), st.just(float("nan")), st.just(math.inf))),
+                                   max_size=6)), max_size=6),
+       st.integers(0, 4))
+def test_histogram_samples_give_a_finite_positive_step_time_or_none(raw, warmup):
+    from otel_gpu.promql import Series
+    from otel_gpu.tune.objective import steady_from_histogram
+
+    series = [Series({"__name__": "otelgpu_train_step_duration_seconds" + kind, "otelgpu_rank": rank},
+                     sorted(dict(points).items())) for rank, kind, points in raw]
+    stats = steady_from_histogram(series, warmup)
+    _sane(stats)
+    assert all(m is None or (math.isfinite(m) and m > 0) for m in stats.per_rank.values())
