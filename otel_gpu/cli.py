@@ -1,11 +1,27 @@
-"""`otel-gpu` subcommands. Each subcommand lives in its own module and registers here."""
+"""`otel-gpu` subcommands. Each subcommand lives in its own module and registers here.
+
+Exit status, the same for every subcommand: 0 success, 1 runtime failure, 2 bad input
+(flags, environment, input files), 130 interrupted, 141 stdout closed by its reader.
+Every error is one line on stderr, never a traceback (OTELGPU_DEBUG=1 shows the traceback
+of an unexpected error).
+"""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from . import __version__
-from .errors import UsageError
+from .errors import EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ConfigError, Failure, UsageError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: `otel-gpu tune: argument --trials: ... (see --help)`, exit 2.
+
+    Subparsers inherit the class, so every subcommand reports bad flags the same way."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def _subcommands():
@@ -25,7 +41,7 @@ def _subcommands():
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="otel-gpu", description="Observe, diagnose and improve distributed GPU training.")
+    parser = Parser(prog="otel-gpu", description="Observe, diagnose and improve distributed GPU training.")
     parser.add_argument("--version", action="version", version=f"otel-gpu {__version__}")
     sub = parser.add_subparsers(dest="subcommand", required=True)
     for register in _subcommands():
@@ -35,12 +51,49 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
-    except UsageError as exc:
-        print(f"otel-gpu {args.subcommand}: {exc}", file=sys.stderr)
-        return 2
+        args = parser.parse_args(argv)
+    except SystemExit as exc:   # --help, --version (0) or a bad flag (2, its line already printed)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    name = f"otel-gpu {args.subcommand}"
+    try:
+        status = int(args.func(args) or 0)
+        sys.stdout.flush()   # a closed pipe shows here, not in the interpreter's exit
+        return status
+    except (UsageError, ConfigError) as exc:
+        return _fail(name, exc, EXIT_USAGE)
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except (Failure, OSError) as exc:
+        return _fail(name, exc, EXIT_FAILURE)
+    except Exception as exc:   # a bug: still one line (the traceback on request)
+        if os.environ.get("OTELGPU_DEBUG"):
+            raise
+        return _fail(name, f"internal error: {type(exc).__name__}: {exc} (OTELGPU_DEBUG=1 shows where)",
+                     EXIT_FAILURE)
 
+
+def _fail(name: str, exc, status: int) -> int:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and exc.strerror:
+        text = f"{exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
+    try:
+        print(f"{name}: {text}", file=sys.stderr)
+    except OSError:
+        pass   # stderr itself is gone: the status still says it
+    return status
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush of a closed pipe stays quiet."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass   # stdout has no descriptor (embedded): nothing will be flushed to it

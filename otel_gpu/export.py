@@ -21,9 +21,12 @@ from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, V
 from opentelemetry.sdk.resources import Resource
 
 from .errors import ConfigError
+from .values import http_url, number
 from .readings import MetricSpec
 
 PROTOCOLS = ("grpc", "http/protobuf")
+INTERVAL_MS = (10.0, 86_400_000.0)   # 10 ms to a day: outside, a typo (or a busy loop, or a window never trimmed)
+TIMEOUT_MS = (1.0, 3_600_000.0)      # 1 ms to an hour
 
 
 @dataclass(frozen=True)
@@ -35,40 +38,34 @@ class OtlpSettings:
 
 
 def otlp_settings(env: Mapping[str, str], default_interval_s: float) -> OtlpSettings:
-    """Read the standard OTLP variables; raise ConfigError on a malformed value."""
-    endpoint = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or None
+    """Read the standard OTLP variables; raise ConfigError (one line) on a malformed value.
+
+    The endpoint must be an http(s) URL with a host; the interval and timeout (ms) finite
+    and positive, within INTERVAL_MS / TIMEOUT_MS (`inf` or `nan` would never export)."""
+    endpoint = (env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or "").strip() or None
+    endpoint_var = "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"
+    if endpoint is None:
+        endpoint, endpoint_var = (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or "").strip() or None, "OTEL_EXPORTER_OTLP_ENDPOINT"
     protocol = env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
-    if protocol not in PROTOCOLS:
+    if protocol.strip() not in PROTOCOLS:
         raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-    if endpoint and not endpoint.startswith(("http://", "https://")):
-        raise ConfigError(f"OTLP endpoint {endpoint!r}: expected a URL starting with http:// or https://")
-    interval_s = _positive(env, "OTEL_METRIC_EXPORT_INTERVAL", default_interval_s * 1000) / 1000
-    timeout_s = _positive(env, "OTEL_EXPORTER_OTLP_TIMEOUT", min(10_000.0, interval_s * 1000 * 5)) / 1000
-    return OtlpSettings(endpoint, protocol, interval_s, timeout_s)
+    if endpoint:
+        http_url(endpoint, endpoint_var)
+    interval_s = _ms_setting(env, "OTEL_METRIC_EXPORT_INTERVAL", default_interval_s * 1000, INTERVAL_MS) / 1000
+    timeout_s = _ms_setting(env, "OTEL_EXPORTER_OTLP_TIMEOUT", min(10_000.0, interval_s * 1000 * 5), TIMEOUT_MS) / 1000
+    return OtlpSettings(endpoint, protocol.strip(), interval_s, timeout_s)
 
 
 def bounded_number(raw: str, what: str, lo: float, hi: float, kind=float):
-    """`raw` as `kind` within [lo, hi]; ConfigError naming `what` otherwise."""
-    try:
-        value = kind(raw)
-    except ValueError:
-        raise ConfigError(f"{what}={raw!r}: expected {'an integer' if kind is int else 'a number'}") from None
-    if not lo <= value <= hi:
-        raise ConfigError(f"{what}={raw!r}: must be between {lo:g} and {hi:g}")
-    return value
+    """`raw` as a finite `kind` within [lo, hi]; ConfigError naming `what` otherwise."""
+    return number(raw, what, lo, hi, kind)
 
 
-def _positive(env: Mapping[str, str], name: str, default: float) -> float:
+def _ms_setting(env: Mapping[str, str], name: str, default: float, bounds: tuple[float, float]) -> float:
     raw = env.get(name)
-    if raw is None or raw == "":
+    if raw is None or raw.strip() == "":
         return float(default)
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"{name}={raw!r}: expected a number") from None
-    if value <= 0:
-        raise ConfigError(f"{name}={raw!r}: must be > 0")
-    return value
+    return number(raw, name, *bounds)
 
 
 class CountingExporter(MetricExporter):

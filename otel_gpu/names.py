@@ -118,6 +118,7 @@ SOURCE_UP = _g(PREFIX + "agent.source.up", "{status}", "1 when the source's last
 SOURCE_DURATION = _g(PREFIX + "agent.source.duration", "s", "Duration of the source's last read", (SOURCE,), "agent")
 SOURCE_ERRORS = _g(PREFIX + "agent.source.errors", "{error}", "Failed reads (whole source, or a part such as one GPU or field)", (SOURCE,), "agent", kind="counter")
 EXPORT_FAILURES = _g(PREFIX + "agent.export.failures", "{export}", "OTLP exports that failed or timed out (their data points were dropped)", (), "agent", kind="counter")
+SCRAPE_REFUSED = _g(PREFIX + "agent.scrape.refused", "{connection}", "Scrape-endpoint connections closed unserved: idle ones evicted for new ones (connection cap, descriptors exhausted) and ones refused", (), "agent", kind="counter")
 SAMPLES = _g(PREFIX + "agent.samples", "{sample}", "Sampling rounds completed", (), "agent", kind="counter")
 SAMPLE_LAG = _g(PREFIX + "agent.sample.overrun", "{sample}", "Sampling rounds that took longer than the interval", (), "agent", kind="counter")
 

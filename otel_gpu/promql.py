@@ -89,7 +89,10 @@ def _sample(pair: list) -> tuple[float, float]:
 
 
 def parse_result(data: dict) -> list[Series]:
-    """The ``data`` member of a /query or /query_range answer as a list of Series."""
+    """The ``data`` member of a /query or /query_range answer as a list of Series
+    (ValueError, KeyError or TypeError when it is not one)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"the data member is {type(data).__name__}, not an object")
     kind = data.get("resultType")
     result = data.get("result")
     if kind == "vector":
@@ -175,14 +178,21 @@ class PromClient:
             params["start"] = format_time(start)
         if end is not None:
             params["end"] = format_time(end)
-        return [dict(s) for s in self._call("/api/v1/series", params) or []]
+        data = self._call("/api/v1/series", params) or []
+        if not (isinstance(data, list) and all(isinstance(s, dict) and all(isinstance(v, str) for v in s.values())
+                                               for s in data)):
+            raise PromError(f"{self.name} at {self.base_url} gave a malformed answer to /api/v1/series")
+        return [dict(s) for s in data]
 
     def label_values(self, label: str, match: str | Iterable[str] | None = None) -> list[str]:
         """Values of ``label``, optionally only on series matching ``match``."""
         params: dict[str, Any] = {}
         if match is not None:
             params["match[]"] = [match] if isinstance(match, str) else list(match)
-        return list(self._call(f"/api/v1/label/{label}/values", params, method="GET") or [])
+        data = self._call(f"/api/v1/label/{label}/values", params, method="GET") or []
+        if not (isinstance(data, list) and all(isinstance(v, str) for v in data)):
+            raise PromError(f"{self.name} at {self.base_url} gave a malformed answer to /api/v1/label/{label}/values")
+        return data
 
     def ready(self) -> bool:
         """True when the server answers 200 on ``/-/ready`` (VictoriaMetrics: also ``/health``)."""
@@ -241,7 +251,8 @@ class PromClient:
             if r.status_code != 200 or body.get("status") != "success":
                 kind = body.get("errorType") or f"HTTP {r.status_code}"
                 msg = body.get("error") or "no error message"
-                raise PromError(f"{self.name} at {self.base_url} rejected {path}: {kind}: {_one_line(msg)}")
+                raise PromError(f"{self.name} at {self.base_url} rejected {path}: {_one_line(str(kind))}: "
+                                f"{_one_line(str(msg))}")
             self.last_warnings = list(body.get("warnings") or [])
             ok = True
             return body.get("data")

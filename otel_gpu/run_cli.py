@@ -16,6 +16,9 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from .errors import UsageError
+from .values import url_type
+
 SITE_DIR = Path(__file__).resolve().parent / "training" / "_site"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OTLP = "http://localhost:4318"   # the OTLP/HTTP default of every OpenTelemetry SDK
@@ -24,14 +27,35 @@ DEFAULT_OTLP = "http://localhost:4318"   # the OTLP/HTTP default of every OpenTe
 def register(sub) -> None:
     p = sub.add_parser("run", help="run a training command with step/phase metrics and profiling in every rank",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pyroscope", metavar="URL", help="Pyroscope server to stream profiles to (else $OTELGPU_PYROSCOPE_URL)")
+    p.add_argument("--pyroscope", metavar="URL", type=url_type(), help="Pyroscope server to stream profiles to (else $OTELGPU_PYROSCOPE_URL)")
     p.add_argument("--no-profile", action="store_true", help="metrics only, no profiling")
-    p.add_argument("--job", help="job name on every series and profile (else $OTELGPU_JOB, Slurm or torchelastic)")
+    p.add_argument("--job", type=_job_name, help="job name on every series and profile (else $OTELGPU_JOB, Slurm or torchelastic)")
     p.add_argument("--agent", action="store_true", help="also run the node agent (`otel-gpu agent`) for the command's lifetime")
     p.add_argument("--agent-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the node agent (repeatable), e.g. --agent-arg=--no-gpu")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the training command, after --")
     p.set_defaults(func=run)
+
+
+def _job_name(text: str) -> str:
+    """argparse type: a job name, one line of printable text."""
+    if not text.strip() or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a non-empty name without control characters")
+    return text.strip()
+
+
+def check_agent_args(extra: list[str], env: Mapping[str, str]) -> None:
+    """Validate the node agent's --agent-arg flags and OTELGPU_* settings here, before the command
+    starts, so a typo is exit 2 now rather than a training run without its agent."""
+    from .agent import cli as agent_cli
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str):
+            raise UsageError(f"--agent-arg: {message}")
+
+    parser = Parser(prog="otel-gpu")
+    agent_cli.register(parser.add_subparsers(dest="subcommand"))
+    agent_cli.agent_config(parser.parse_args(["agent", "--no-live", *extra]), env, stdout_is_tty=False)
 
 
 def child_env(env: Mapping[str, str], pyroscope: str | None = None, no_profile: bool = False,
@@ -57,16 +81,14 @@ def exit_status(returncode: int) -> int:
 
 
 def run(args) -> int:
-    from .errors import UsageError
-
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         raise UsageError("no command given: otel-gpu run [options] -- COMMAND...")
     if shutil.which(command[0]) is None and not Path(command[0]).is_file():
         raise UsageError(f"command not found: {command[0]}")
-    if args.pyroscope and not args.pyroscope.startswith(("http://", "https://")):
-        raise UsageError(f"--pyroscope {args.pyroscope!r}: expected a URL starting with http:// or https://")
     env = child_env(os.environ, args.pyroscope, args.no_profile, args.job)
+    if args.agent:
+        check_agent_args(args.agent_arg, env)
     agent = _start_agent(args.agent_arg, env) if args.agent else None
     try:
         proc = subprocess.Popen(command, env=env)

@@ -9,9 +9,15 @@ scarcer than bytes (level-1 gzip of a 100 KB scrape added ~6% to the agent's CPU
 """
 from __future__ import annotations
 
+import errno
+import os
 import re
+import resource
+import select
 import socket
 import threading
+import time
+from itertools import islice
 from math import isfinite
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
@@ -21,6 +27,13 @@ from .. import names
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _MAX_HEADERS, _MAX_LINE = 100, 65537
+MAX_CONNECTIONS = 64       # open scrape connections at most (Prometheus keeps one per target)
+LISTEN_BACKLOG = 1024      # connects the kernel queues before accept (capped by net.core.somaxconn)
+IDLE_TIMEOUT_S = 300       # an idle keep-alive connection is closed after this (seconds)
+ACCEPT_RETRY_S = 0.05      # first pause after accept() found no descriptor (doubles to 1 s)
+EVICT_BATCH = 16           # idle connections evicted at once when accept() finds no descriptor
+IDLE_AFTER_S = 1.0         # a connection silent this long is idle enough to evict for a new one
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _TYPES = {"gauge": "gauge", "updowncounter": "gauge", "counter": "counter"}
 
 
@@ -99,17 +112,49 @@ def _prometheus_float(v: float) -> str:
     return repr(v) if isfinite(v) else ("NaN" if v != v else ("+Inf" if v > 0 else "-Inf"))
 
 
-class ScrapeEndpoint:
-    """Serves `render()` at /metrics on host:port (127.0.0.1 unless told otherwise)."""
+class _Conn:
+    """One open connection: its socket, and since when its thread waits for a request
+    (None: its thread has not started yet, or it is reading or answering a request)."""
 
-    def __init__(self, render: Callable[[], bytes], port: int, host: str = "127.0.0.1"):
+    __slots__ = ("sock", "idle_since", "evicted")
+
+    def __init__(self, sock):
+        self.sock, self.idle_since, self.evicted = sock, None, False
+
+
+class ScrapeEndpoint:
+    """Serves `render()` at /metrics on host:port (127.0.0.1 unless told otherwise).
+
+    Built to keep serving under floods and descriptor exhaustion: at most `max_connections`
+    are open at once (a new one evicts the connection idle the longest); when accept() fails
+    for lack of descriptors (EMFILE/ENFILE) an idle connection is evicted, or else a spare
+    descriptor is given up to accept and close the waiting connection; the listen backlog
+    holds a burst of LISTEN_BACKLOG connects. Connections closed unserved are counted in
+    `refused` (exported as otelgpu.agent.scrape.refused).
+    """
+
+    def __init__(self, render: Callable[[], bytes], port: int, host: str = "127.0.0.1",
+                 max_connections: int | None = None):
+        endpoint = self
+
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"   # keep-alive: a scraper reuses one connection and thread
-            timeout = 300                   # seconds an idle connection may hold its thread
+            timeout = IDLE_TIMEOUT_S        # seconds an idle connection may hold its thread
+            disable_nagle_algorithm = True  # headers and body are two writes: without it, a reused
+                                            # connection waits ~40 ms for the client's delayed ACK
+
+            def handle_one_request(self):
+                conn = endpoint._conns.get(self.request)
+                if conn is not None:
+                    conn.idle_since = time.monotonic()   # waiting for a request: idle
+                super().handle_one_request()
 
             def parse_request(self):
                 """The request line and the Connection header, without the email package's
                 general header parser: a scrape needs nothing else, other headers are skipped."""
+                conn = endpoint._conns.get(self.request)
+                if conn is not None:
+                    conn.idle_since = None   # a request came: busy until it is answered
                 self.command = None   # until the request line parses
                 self.requestline = self.raw_requestline.decode("iso-8859-1").rstrip("\r\n")
                 words = self.requestline.split()
@@ -145,28 +190,176 @@ class ScrapeEndpoint:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            request_queue_size = LISTEN_BACKLOG   # socketserver's default is 5: a burst got SYN retries
+            daemon_threads = True
+
+            def shutdown_request(self, request):
+                super().shutdown_request(request)   # closes it: its descriptor is free
+                endpoint._forget(request)
+
+            def handle_error(self, request, client_address):
+                pass   # a client that reset or was evicted mid-reply: nothing to report, no traceback
+
+        self.refused = 0
+        self.max_connections = max_connections or default_max_connections()
+        self._conns: dict[socket.socket, _Conn] = {}
+        self._lock = threading.Condition()
+        self._closing = False
+        self._spare = _open_spare()
+        self._server = Server((host, port), Handler)
         self.host, self.port = host, self._server.server_port
         self._thread = threading.Thread(target=self._accept_loop, name="otelgpu-scrape", daemon=True)
         self._thread.start()
 
+    @property
+    def open_connections(self) -> int:
+        return len(self._conns)
+
     def _accept_loop(self) -> None:
         """Blocks in accept() until close(): unlike `serve_forever`, which polls twice a
-        second, an idle endpoint costs no wake-ups."""
-        server = self._server
-        while True:
+        second, an idle endpoint costs no wake-ups. Never returns on an accept error."""
+        server, pause, starved_since = self._server, ACCEPT_RETRY_S, None
+        while not self._closing:
             try:
-                conn, addr = server.socket.accept()
-            except OSError:   # close() shut the socket down
+                sock, addr = server.socket.accept()
+            except OSError as exc:
+                if self._closing:
+                    return
+                if exc.errno in (errno.EBADF, errno.EINVAL, errno.ENOTSOCK):
+                    return                         # the listening socket is gone
+                if exc.errno not in _OUT_OF_DESCRIPTORS:
+                    continue                       # ECONNABORTED, EINTR, EPROTO...: the next one
+                now = time.monotonic()
+                starved_since = starved_since or now
+                starved = now - starved_since >= IDLE_AFTER_S
+                # the connection silent the longest (one just accepted may be about to send its
+                # request: not before ACCEPT_RETRY_S, unless starved); with none, the spare descriptor
+                if (self._evict_idle(IDLE_AFTER_S, EVICT_BATCH)
+                        or self._evict_idle(0.0 if starved else ACCEPT_RETRY_S, EVICT_BATCH)):
+                    self._wait_released(ACCEPT_RETRY_S)
+                elif not (starved and not self._releasing() and self._refuse_with_spare()):
+                    time.sleep(pause)              # replies under way free their descriptors soon
+                    pause = min(1.0, pause * 2)
+                continue
+            pause, starved_since = ACCEPT_RETRY_S, None
+            if self._spare is None:
+                self._spare = _open_spare()
+            self._admit(sock, addr)
+
+    def _admit(self, sock, addr) -> None:
+        """Serve `sock`; over `max_connections`, first evict a connection silent for IDLE_AFTER_S,
+        and over twice that, the one idle the longest (or, with none idle, refuse this one)."""
+        if len(self._conns) >= self.max_connections and not self._evict_idle(IDLE_AFTER_S):
+            if len(self._conns) >= 2 * self.max_connections and not self._evict_idle(0.0):
+                self._close_unserved(sock)   # every connection is mid-reply: this one waits no longer
                 return
-            server.process_request(conn, addr)   # one thread per connection (kept alive)
+        with self._lock:
+            self._conns[sock] = _Conn(sock)
+        try:
+            self._server.process_request(sock, addr)   # one thread per connection (kept alive)
+        except RuntimeError:   # no thread could be started (process limits)
+            self._forget(sock)
+            self._close_unserved(sock)
+
+    def _evict_idle(self, at_least_s: float, count: int = 1) -> bool:
+        """Shut down the `count` connections silent the longest, if for `at_least_s` seconds and
+        with no request waiting in their socket (their threads then close them); False if none."""
+        with self._lock:
+            since = time.monotonic() - at_least_s
+            idle = sorted((c for c in self._conns.values()
+                           if c.idle_since is not None and c.idle_since <= since and not c.evicted),
+                          key=lambda c: c.idle_since)
+            victims = list(islice((c for c in idle if not _request_waiting(c.sock)), count))
+            for victim in victims:
+                victim.evicted = True         # counted once, even if a reply is under way
+            self.refused += len(victims)
+        for victim in victims:
+            try:
+                victim.sock.shutdown(socket.SHUT_RDWR)   # wakes its thread's blocked read
+            except OSError:
+                pass   # already closed by its thread
+        return bool(victims)
+
+    def _refuse_with_spare(self) -> bool:
+        """Out of descriptors with nothing to evict: free the spare, accept and close one waiting
+        connection (the client sees a close at once instead of hanging), take the spare back."""
+        if self._spare is None:
+            return False
+        os.close(self._spare)
+        self._spare = None
+        try:
+            sock, _ = self._server.socket.accept()
+        except OSError:
+            self._spare = _open_spare()
+            return False
+        self._close_unserved(sock)         # first: the spare takes its descriptor back
+        self._spare = _open_spare()
+        return True
+
+    def _close_unserved(self, sock) -> None:
+        self.refused += 1
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+    def _forget(self, sock) -> None:
+        with self._lock:
+            self._conns.pop(sock, None)
+            self._lock.notify_all()
+
+    def _releasing(self) -> bool:
+        """Whether an evicted connection is still to be closed by its thread."""
+        with self._lock:
+            return any(c.evicted for c in self._conns.values())
+
+    def _wait_released(self, timeout_s: float) -> None:
+        """Wait until some connection's thread has let go of its socket (or `timeout_s`)."""
+        with self._lock:
+            self._lock.wait(timeout_s)
 
     def close(self) -> None:
+        self._closing = True
         try:
             self._server.socket.shutdown(socket.SHUT_RDWR)   # wakes the blocked accept()
         except OSError:
             pass   # not connected: nothing to wake
         self._thread.join(1.0)
         self._server.server_close()
+        with self._lock:
+            conns = list(self._conns.values())
+        for conn in conns:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass   # already closed by its thread
+        if self._spare is not None:
+            os.close(self._spare)
+            self._spare = None
 
+
+def default_max_connections() -> int:
+    """A quarter of the descriptor limit, between 4 and MAX_CONNECTIONS: the rest stays for the
+    agent's own reads (/proc, /sys, NVML) and its OTLP export."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(4, min(MAX_CONNECTIONS, soft // 4))
+
+
+def _request_waiting(sock) -> bool:
+    """Whether bytes (a request) wait unread in `sock`: such a connection is not idle."""
+    try:
+        poller = select.poll()   # not recv(MSG_PEEK): on a socket with a timeout, that one waits
+        poller.register(sock.fileno(), select.POLLIN)
+        return any(mask & select.POLLIN for _, mask in poller.poll(0))
+    except (OSError, ValueError):
+        return False      # closed meanwhile: nothing to serve there
+
+
+def _open_spare() -> int | None:
+    try:
+        return os.open(os.devnull, os.O_RDONLY)
+    except OSError:
+        return None

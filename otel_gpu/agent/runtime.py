@@ -27,12 +27,13 @@ class AgentRuntime:
         point = point_attributes(resource.attributes)
         self.exporter = otlp_exporter(config.otlp) if config.otlp.endpoint else None
         exporter = self.exporter
-        exported = Exported(self.sampler, export_failures=lambda: exporter.failures if exporter else 0)
+        self.endpoint = None
+        exported = Exported(self.sampler, export_failures=lambda: exporter.failures if exporter else 0,
+                            scrape_refused=lambda: self.endpoint.refused if self.endpoint else 0)
         self.provider = None
         if exporter is not None:
             self.provider = meter_provider(resource, [periodic_reader(exporter, config.otlp)])
             Instruments(self.provider.get_meter("otel_gpu.agent"), exported, point)
-        self.endpoint = None
         if config.prometheus_port:
             renderer = Renderer(exported.families, point, {k: str(v) for k, v in resource.attributes.items()})
             try:

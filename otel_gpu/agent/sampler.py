@@ -170,14 +170,17 @@ class Exported:
     export the same families with the same values.
     """
 
-    def __init__(self, sampler: Sampler, export_failures: Callable[[], int] = lambda: 0):
+    def __init__(self, sampler: Sampler, export_failures: Callable[[], int] = lambda: 0,
+                 scrape_refused: Callable[[], int] = lambda: 0):
         self._sampler = sampler
         self._store = sampler.store
         self._export_failures = export_failures
+        self._scrape_refused = scrape_refused
         # one key object per source, kept: each scrape finds the same series keys (no template rebuild)
         self._source_keys = tuple(((names.SOURCE, src.name),) for src in sampler.sources)
         health = {names.SOURCE_UP: self._source_health, names.SOURCE_DURATION: self._source_health,
                   names.SOURCE_ERRORS: self._source_health, names.EXPORT_FAILURES: self._agent_health,
+                  names.SCRAPE_REFUSED: self._agent_health,
                   names.SAMPLES: self._agent_health, names.SAMPLE_LAG: self._agent_health}
         self.families: list[tuple[MetricSpec, Callable[[], Values]]] = []
         for spec in names.all_specs():
@@ -203,6 +206,8 @@ class Exported:
         s = self._sampler
         if spec.name == names.EXPORT_FAILURES.name:
             value = self._export_failures()
+        elif spec.name == names.SCRAPE_REFUSED.name:
+            value = self._scrape_refused()
         else:
             value = s.rounds if spec.name == names.SAMPLES.name else s.overruns
         return [value], ((),)

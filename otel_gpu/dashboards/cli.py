@@ -12,6 +12,9 @@ HELP = """Regenerate grafana/dashboards/*.json from the *.dashboard.py definitio
   otel-gpu dashboards --out DIR       write it to DIR instead
   otel-gpu dashboards --check         exit 1 when the JSON in --out differs from the code
   otel-gpu dashboards --list-queries  print every PromQL / Pyroscope query (tab-separated)
+
+Exit status: 0 done (or --check found no difference), 1 --check found a difference or the
+JSON cannot be written, 2 bad flags or a definition that does not load.
 """
 
 
@@ -40,11 +43,12 @@ def run(args) -> int:
     if not build.definitions(src):
         raise UsageError(f"{src}: no *{build.SUFFIX} files")
     out = args.out or src
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out}: not a folder")
     try:
         generated = build.generate(src)
-    except build.DefinitionError as exc:
-        print(f"otel-gpu dashboards: {exc}", file=sys.stderr)
-        return 1
+    except build.DefinitionError as exc:   # a bad input file: one line naming it
+        raise UsageError(" ".join(str(exc).split())) from None
     if args.list_queries:
         from .queries import queries
 

@@ -23,10 +23,12 @@ from ..errors import UsageError
 
 PYROSCOPE_TIMEOUT_S = 10.0   # profiles are optional: a slow Pyroscope costs at most this per request
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_DURATION_S = 100 * 365 * 86400.0    # a century: longer is a typo
+MAX_TIME_S = 32503680000.0              # year 3000 in unix seconds
 
 
 def parse_duration(text: str) -> float:
-    """'90s', '15m', '1h', '2d', '1h30m' or plain seconds -> seconds (> 0)."""
+    """'90s', '15m', '1h', '2d', '1h30m' or plain seconds -> seconds (> 0, at most a century)."""
     s = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", s):
         value = float(s)
@@ -37,27 +39,32 @@ def parse_duration(text: str) -> float:
         value = sum(float(a) * _UNITS[b] for a, b in parts)
     if value <= 0:
         raise UsageError(f"duration {text!r} must be positive")
+    if not value <= MAX_DURATION_S:   # also catches inf from a long run of digits
+        raise UsageError(f"duration {text!r} is longer than a century")
     return value
 
 
 def parse_time(text: str, now: float) -> float:
-    """Unix seconds, ISO 8601 (naive = UTC), 'now' or 'now-<duration>' -> unix seconds."""
+    """Unix seconds, ISO 8601 (naive = UTC), 'now' or 'now-<duration>' -> unix seconds,
+    finite and between 1970 and the year 3000."""
     s = text.strip()
     if s == "now":
         return now
     if s.startswith("now-"):
-        return now - parse_duration(s[4:])
-    try:
-        return float(s)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
-    except ValueError:
-        raise UsageError(f"time {text!r}: expected unix seconds, ISO 8601 or now-1h") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.timestamp()
+        value = now - parse_duration(s[4:])
+    elif re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?", s):   # no nan, inf or 1_000
+        value = float(s)
+    else:
+        try:
+            dt = datetime.fromisoformat(s.replace("Z", "+00:00"))
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=timezone.utc)
+            value = dt.timestamp()
+        except (ValueError, OverflowError):
+            raise UsageError(f"time {text!r}: expected unix seconds, ISO 8601 or now-1h") from None
+    if not 0 <= value <= MAX_TIME_S:
+        raise UsageError(f"time {text!r}: outside 1970 to the year 3000")
+    return value
 
 
 def window_bounds(args, now: float) -> tuple[float, float]:

@@ -64,12 +64,17 @@ def _unescape(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
+def _fields(line: str) -> list[str]:
+    """Space-separated fields (the kernel escapes space, tab, newline and backslash only)."""
+    return [f for f in line.split(" ") if f]
+
+
 def parse_mountinfo(text: str) -> list[Mount]:
     """`/proc/<pid>/mountinfo` -> mounts (fields after the ` - ` separator: fstype, source)."""
     out = []
-    for line in text.splitlines():
+    for line in text.split("\n"):   # not splitlines(), nor split(): a path may hold \r or \x85 as is
         left, sep, right = line.partition(" - ")
-        f, r = left.split(), right.split()
+        f, r = _fields(left), _fields(right)
         if not sep or len(f) < 5 or len(r) < 2:
             continue
         out.append(Mount(_unescape(f[4]), _unescape(r[1]), r[0]))
@@ -79,8 +84,8 @@ def parse_mountinfo(text: str) -> list[Mount]:
 def parse_mounts(text: str) -> list[Mount]:
     """`/proc/mounts` (fstab format) -> mounts."""
     out = []
-    for line in text.splitlines():
-        f = line.split()
+    for line in text.split("\n"):
+        f = _fields(line)
         if len(f) >= 3:
             out.append(Mount(_unescape(f[1]), _unescape(f[0]), f[2]))
     return out
@@ -196,7 +201,7 @@ class DiskSource:
         for rel, parse in (("self/mountinfo", parse_mountinfo), ("mounts", parse_mounts)):
             path = os.path.join(self.proc_root, rel)
             try:
-                with open(path) as f:
+                with open(path, newline="\n", errors="surrogateescape") as f:   # a path may hold \r as is
                     return parse(f.read())
             except OSError as e:
                 self._unreadable[path] = e.strerror or str(e)

@@ -34,7 +34,7 @@ ERROR_COUNTERS = (
     "excessive_buffer_overrun_errors", "VL15_dropped", "port_rcv_discards",
 )
 
-_RATE = re.compile(r"^\s*([0-9.]+)\s*([KMGT]?)b/sec", re.IGNORECASE)
+_RATE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)b/sec", re.IGNORECASE)
 _SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
 
 

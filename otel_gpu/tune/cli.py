@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from ..values import bounded_int, flag_type, number, positive_float, url_type
+
 RUNNING_HELP = "time each trial may run before its whole process group is killed (seconds)"
 
 
@@ -24,42 +26,45 @@ def register(sub) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base-config", required=True, type=Path, metavar="JSON", help="your DeepSpeed config (read only)")
     p.add_argument("--command", help="launch command with {config}; run through /bin/sh in a new process group")
-    p.add_argument("--trials", type=int, default=40, help="trials to finish in the study, baseline included (default 40)")
-    p.add_argument("--prometheus", metavar="URL", help="score from PromQL here (else from the training log)")
-    p.add_argument("--trial-timeout", type=float, default=3600.0, metavar="SECONDS", help=RUNNING_HELP + " (default 3600)")
+    p.add_argument("--trials", type=bounded_int(1, 100_000), default=40, help="trials to finish in the study, baseline included (default 40)")
+    p.add_argument("--prometheus", type=url_type(), metavar="URL", help="score from PromQL here (else from the training log)")
+    p.add_argument("--trial-timeout", type=positive_float(hi=30 * 86400.0), default=3600.0, metavar="SECONDS", help=RUNNING_HELP + " (default 3600)")
     p.add_argument("--study", metavar="PATH|URL", help="SQLite file or RDB URL shared by workers (default <out>/study.db)")
     p.add_argument("--study-name", help="study name within the storage (default: the base config's file name)")
     p.add_argument("--space", type=Path, metavar="YAML", help="narrow, fix, drop or extend the search space")
     p.add_argument("--out", type=Path, help="results folder (default otel-gpu-tune/<study name>)")
     g = p.add_argument_group("\"auto\" values (resolved as the Hugging Face Trainer does)")
-    g.add_argument("--hidden-size", type=int, help="the model's hidden_size")
+    g.add_argument("--hidden-size", type=bounded_int(1), help="the model's hidden_size")
     g.add_argument("--model", type=Path, metavar="DIR", help="a Hugging Face model folder to read hidden_size from")
-    g.add_argument("--micro-batch", type=int, help="per-device train batch size")
-    g.add_argument("--grad-accum", type=int, help="gradient accumulation steps")
-    g.add_argument("--world-size", type=int, help="ranks in the job (also checks batch arithmetic)")
-    g.add_argument("--max-grad-norm", type=float, help="gradient clipping")
+    g.add_argument("--micro-batch", type=bounded_int(1), help="per-device train batch size")
+    g.add_argument("--grad-accum", type=bounded_int(1), help="gradient accumulation steps")
+    g.add_argument("--world-size", type=bounded_int(1), help="ranks in the job (also checks batch arithmetic)")
+    g.add_argument("--max-grad-norm", type=flag_type(number, lo=0.0), help="gradient clipping")
     g.add_argument("--precision", choices=("fp32", "fp16", "bf16"), help="fills fp16/bf16 \"enabled\"")
     g = p.add_argument_group("scoring and pruning")
-    g.add_argument("--warmup-steps", type=int, default=3, help="steps left out of the step time (default 3)")
-    g.add_argument("--min-steps", type=int, default=5, help="steps after warm-up a trial must show (default 5)")
+    g.add_argument("--warmup-steps", type=bounded_int(0), default=3, help="steps left out of the step time (default 3)")
+    g.add_argument("--min-steps", type=bounded_int(1), default=5, help="steps after warm-up a trial must show (default 5)")
     g.add_argument("--no-prune", action="store_true", help="never stop a slow trial early")
-    g.add_argument("--prune-ratio", type=float, default=1.25, help="prune at this multiple of the best step time (default 1.25)")
-    g.add_argument("--prune-after", type=int, default=5, metavar="STEPS",
+    g.add_argument("--prune-ratio", type=positive_float(lo=1.0, hi=1000.0), default=1.25, help="prune at this multiple of the best step time (default 1.25)")
+    g.add_argument("--prune-after", type=bounded_int(1), default=5, metavar="STEPS",
                    help="steady steps a trial must show before it can be pruned (default 5)")
-    g.add_argument("--poll", type=float, default=2.0, metavar="SECONDS", help="how often a running trial is checked (default 2)")
-    g.add_argument("--settle", type=float, default=15.0, metavar="SECONDS",
+    g.add_argument("--poll", type=positive_float(hi=3600.0), default=2.0, metavar="SECONDS", help="how often a running trial is checked (default 2)")
+    g.add_argument("--settle", type=flag_type(number, lo=0.0, hi=3600.0), default=15.0, metavar="SECONDS",
                    help="how long to wait for a finished trial's last samples to become queryable (default 15)")
-    g.add_argument("--max-gpu-memory", type=float, metavar="GIB", help="a trial whose peak GPU memory exceeds this fails")
+    g.add_argument("--max-gpu-memory", type=positive_float(), metavar="GIB", help="a trial whose peak GPU memory exceeds this fails")
     g.add_argument("--evidence-selector", default="", metavar="LABELS",
                    help="label matchers for the evidence queries, e.g. 'host_name=~\"gpu-.*\"'")
     g = p.add_argument_group("trial environment")
-    g.add_argument("--otlp", metavar="URL", help="OTEL_EXPORTER_OTLP_ENDPOINT for the trials (else inherited)")
+    g.add_argument("--otlp", type=url_type(), metavar="URL", help="OTEL_EXPORTER_OTLP_ENDPOINT for the trials (else inherited)")
     g.add_argument("--no-instrument", action="store_true",
                    help="do not add the `otel-gpu run` hooks (the command instruments itself)")
-    g.add_argument("--export-interval", type=int, default=1000, metavar="MS",
+    g.add_argument("--export-interval", type=bounded_int(10, 3_600_000), default=1000, metavar="MS",
                    help="OTEL_METRIC_EXPORT_INTERVAL for trials that do not set one (default 1000)")
     g.add_argument("--no-deepspeed-check", action="store_true", help="skip DeepSpeed's own config model check")
-    p.add_argument("--seed", type=int, help="sampler seed")
+    g.add_argument("--prebuild-ops", type=_op_names, default=(), metavar="NAMES",
+                   help="DeepSpeed op builders to build once before the first trial, comma-separated "
+                        "(e.g. CPUAdamBuilder), so no trial is killed in a first JIT build")
+    p.add_argument("--seed", type=bounded_int(0, 2**32 - 1), help="sampler seed")
     p.add_argument("--report-only", action="store_true", help="write the report and best config of an existing study")
     p.set_defaults(func=run)
 
@@ -79,16 +84,6 @@ def _settings(args):
         problem = check_template(args.command)
         if problem:
             raise UsageError(f"--command: {problem}")
-    for name in ("trials", "warmup_steps", "min_steps", "prune_after", "hidden_size", "micro_batch", "grad_accum", "world_size"):
-        value = getattr(args, name)
-        if value is not None and value < (0 if name == "warmup_steps" else 1):
-            raise UsageError(f"--{name.replace('_', '-')} {value}: must be >= {0 if name == 'warmup_steps' else 1}")
-    if args.trial_timeout <= 0 or args.poll <= 0 or args.prune_ratio <= 1:
-        raise UsageError("--trial-timeout and --poll must be > 0, --prune-ratio > 1")
-    for flag in ("prometheus", "otlp"):
-        url = getattr(args, flag)
-        if url and not url.startswith(("http://", "https://")):
-            raise UsageError(f"--{flag} {url!r}: expected a URL starting with http:// or https://")
     try:
         space = load_space(args.space) if args.space else Space()
         hidden = args.hidden_size or (C.hidden_size_from_model(args.model) if args.model else None)
@@ -105,7 +100,16 @@ def _settings(args):
         max_memory_bytes=args.max_gpu_memory * 2**30 if args.max_gpu_memory else None,
         instrument=not args.no_instrument and bool(args.prometheus or args.otlp or _otlp_set(os.environ)),
         export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,
-        seed=args.seed, deepspeed_check=not args.no_deepspeed_check)
+        seed=args.seed, deepspeed_check=not args.no_deepspeed_check, prebuild_ops=args.prebuild_ops)
+
+
+def _op_names(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated Python identifiers (DeepSpeed op builder class names)."""
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    bad = [n for n in names if not n.isidentifier()]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected op builder names such as CPUAdamBuilder")
+    return names
 
 
 def _otlp_set(env) -> bool:
@@ -113,7 +117,7 @@ def _otlp_set(env) -> bool:
 
 
 def _objective(args):
-    from ..errors import UsageError
+    from ..errors import Failure
     from .objective import LogObjective, PromObjective
 
     if not args.prometheus:
@@ -123,8 +127,8 @@ def _objective(args):
     client = PromClient(args.prometheus)
     try:
         client.query("vector(1)")
-    except PromError as exc:
-        raise UsageError(str(exc)) from None
+    except PromError as exc:   # the server is down or answers nonsense: a runtime failure
+        raise Failure(str(exc)) from None
     fresh = 1.0 + 2 * args.export_interval / 1000     # the ranks' last export is at their exit
     return PromObjective(client, args.warmup_steps, args.evidence_selector, settle_s=args.settle, fresh_s=fresh)
 
@@ -140,6 +144,9 @@ class Progress:
         from .report import changed_params, fmt_change, fmt_seconds
 
         total = self.tuner.s.trials
+        if kind == "note":
+            self.console.print(f"[yellow]{payload}[/]", highlight=False)
+            return
         if kind == "start":
             self.started = time.monotonic()
             changed = changed_params(_P(payload["params"]), self.tuner.baseline)
@@ -183,7 +190,9 @@ def run(args) -> int:
         import optuna
     except ImportError:
         raise UsageError("optuna is not installed (pip install 'otel-gpu[tune]')") from None
-    from . import report
+    from ..errors import Failure
+    from . import config as C, report
+    from .extensions import PrebuildError
     from .study import TuneError, Tuner, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -205,8 +214,10 @@ def run(args) -> int:
     tuner.events = Progress(tuner, console)
     try:
         tuner.prepare()
-    except (TuneError, OSError) as exc:
-        raise UsageError(str(exc)) from None
+    except PrebuildError as exc:   # the op does not build here: a runtime failure
+        raise Failure(str(exc)) from None
+    except (TuneError, OSError, C.ConfigError) as exc:   # the base config, the study, the --out folder
+        raise UsageError(getattr(exc, "strerror", None) and f"{exc.strerror}: {exc.filename}" or str(exc)) from None
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     console.print(f"study {settings.study_name!r} in {settings.storage}: {tuner.counted()}/{settings.trials} trials "
                   f"done; results in {settings.out}", highlight=False)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import errors
 from .space import MICRO_BATCH, ZERO, Space, get_path, normalize
 
 AUTO = "auto"
@@ -29,7 +30,7 @@ ZERO_BOOLS = ("overlap_comm", "contiguous_gradients", "reduce_scatter", "allgath
               "load_from_fp32_weights", "ignore_unused_parameters", "zero_hpz_partition_size_ignored")
 
 
-class ConfigError(ValueError):
+class ConfigError(errors.ConfigError):
     """An unreadable or unusable base config (one line)."""
 
 
@@ -51,6 +52,8 @@ def read_config(path: str | Path) -> dict:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
     try:
         config = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -64,12 +67,15 @@ def hidden_size_from_model(model_dir: str | Path) -> int:
     """hidden_size from a Hugging Face model folder's config.json (or max(hidden_sizes), as HF does)."""
     path = Path(model_dir) / "config.json" if Path(model_dir).is_dir() else Path(model_dir)
     cfg = read_config(path)
-    for holder in (cfg, cfg.get("text_config") or {}):
-        if isinstance(holder.get("hidden_size"), int):
-            return holder["hidden_size"]
-        if isinstance(holder.get("hidden_sizes"), list) and holder["hidden_sizes"]:
-            return max(holder["hidden_sizes"])
-    raise ConfigError(f"{path}: no hidden_size or hidden_sizes")
+    for holder in (cfg, cfg.get("text_config")):
+        if not isinstance(holder, dict):
+            continue
+        size, sizes = holder.get("hidden_size"), holder.get("hidden_sizes")
+        if _is_int(size) and size >= 1:
+            return size
+        if isinstance(sizes, list) and sizes and all(_is_int(v) and v >= 1 for v in sizes):
+            return max(sizes)
+    raise ConfigError(f"{path}: no hidden_size (a whole number >= 1) or hidden_sizes")
 
 
 def set_path(config: dict, path: tuple[str, ...], value: Any) -> None:

@@ -88,12 +88,18 @@ def steady_from_histogram(series: Iterable, warmup: int) -> StepStats:
         rank = labels.get(RANK_LABEL, str(len(per_rank)))
         if labels.get(WORLD_LABEL, "").isdigit():
             expected = max(expected or 0, int(labels[WORLD_LABEL]))
+        times = [t for t in times if math.isfinite(g["count"][t]) and math.isfinite(g["sum"][t])
+                 and g["count"][t] >= 0 and g["sum"][t] >= 0]   # NaN or negative: not a sample to count
+        if not times:
+            continue
         counts, sums = [g["count"][t] for t in times], [g["sum"][t] for t in times]
         start = next((i for i, c in enumerate(counts) if c >= warmup), None)
         entry = {"total": int(counts[-1]), "steady": 0, "mean": None, "window": None, "last": times[-1]}
         if start is not None and counts[-1] > counts[start]:
             n = counts[-1] - counts[start]
-            entry.update(steady=int(n), mean=(sums[-1] - sums[start]) / n, window=(times[start], times[-1]))
+            mean = (sums[-1] - sums[start]) / n
+            entry.update(steady=int(n), window=(times[start], times[-1]),
+                         mean=mean if math.isfinite(mean) and mean > 0 else None)   # a reset counter: no mean
         per_rank[(labels.get("host_name", ""), rank)] = entry
     if not per_rank:
         return NONE
@@ -140,15 +146,23 @@ def parse_trainer_log(text: str, warmup: int) -> StepStats:
             row = json.loads(line)
         except ValueError:
             continue
-        if not isinstance(row, dict) or "current_steps" not in row or "elapsed_time" not in row:
+        if not isinstance(row, dict):
             continue
-        elapsed = _hms(row["elapsed_time"]) if isinstance(row["elapsed_time"], str) else float(row["elapsed_time"])
-        if elapsed is not None and (not points or row["current_steps"] > points[-1][0]):
-            points.append((int(row["current_steps"]), elapsed))
+        step, raw = row.get("current_steps"), row.get("elapsed_time")
+        if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+            continue                    # a row that is not a step: never a number made up from it
+        if isinstance(raw, str):
+            elapsed = _hms(raw)
+        elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            elapsed = float(raw)
+        else:
+            continue
+        if elapsed is not None and math.isfinite(elapsed) and elapsed >= 0 and (not points or step > points[-1][0]):
+            points.append((step, elapsed))
     return _from_points(points, warmup, "trainer_log.jsonl")
 
 
-_TQDM = re.compile(r"(\d+)/(\d+) \[([\d:]+)<[^,\]]*,\s*([\d.]+)(s/it|it/s)")
+_TQDM = re.compile(r"(\d+)/(\d+) \[([\d:]+)<[^,\]]*,\s*(\d+(?:\.\d*)?|\.\d+)(s/it|it/s)")
 
 
 def parse_progress(text: str, warmup: int, min_span_s: float = 20.0) -> StepStats:
@@ -162,7 +176,7 @@ def parse_progress(text: str, warmup: int, min_span_s: float = 20.0) -> StepStat
             continue
         points.append((step, elapsed))
         value = float(m.group(4))
-        if step > warmup and value > 0:
+        if step > warmup and 0 < value < math.inf:
             rates.append(value if m.group(5) == "s/it" else 1.0 / value)
     if not points:
         return StepStats(None, 0, 0, 0, source="progress bar")

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
+from .. import errors
+
 ZERO = "zero_optimization"
 MICRO_BATCH = "train_micro_batch_size_per_gpu"
 
@@ -30,7 +32,7 @@ MICRO_BATCH = "train_micro_batch_size_per_gpu"
 _NUMBER = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
-class SpaceError(ValueError):
+class SpaceError(errors.ConfigError):
     """A malformed space file or value (one line)."""
 
 
@@ -198,6 +200,8 @@ def load_space(path: str | Path) -> Space:
         text = path.read_text()
     except OSError as exc:
         raise SpaceError(f"cannot read space file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SpaceError(f"space file {path}: not UTF-8 text") from None
     try:
         if path.suffix == ".json":
             doc = json.loads(text)
@@ -220,6 +224,8 @@ def parse_space(doc: Mapping, base: Space | None = None, where: str = "space") -
         raise SpaceError(f"{where}: unknown section(s) {', '.join(sorted(map(str, unknown)))} (expected params, enqueue)")
     params = {p.name: p for p in base.params}
     fixed = dict(base.fixed)
+    if not isinstance(doc.get("params") or {}, Mapping):
+        raise SpaceError(f"{where}: 'params' must be a mapping name -> range, choices, fixed value or false")
     for name, spec in (doc.get("params") or {}).items():
         name = str(name)
         path = _path_of(name, where)
@@ -229,7 +235,7 @@ def parse_space(doc: Mapping, base: Space | None = None, where: str = "space") -
             if len(spec) != 1:
                 raise SpaceError(f"{where}: {name}: 'fixed' cannot be combined with other keys")
             params.pop(name, None)
-            fixed[path] = normalize(spec["fixed"])
+            fixed[path] = _finite(normalize(spec["fixed"]), f"{where}: {name}: fixed")
         elif isinstance(spec, Mapping):
             params[name] = _param(name, path, spec, params.get(name), where)
         elif isinstance(spec, list):
@@ -241,6 +247,7 @@ def parse_space(doc: Mapping, base: Space | None = None, where: str = "space") -
         raise SpaceError(f"{where}: 'enqueue' must be a list of mappings name -> value")
     for entry in enqueue:
         for name, value in entry.items():
+            _finite(normalize(value), f"{where}: enqueue: {name}")
             p = params.get(str(name))
             if p is None:
                 raise SpaceError(f"{where}: enqueue: {name} is not a tuned parameter")
@@ -249,6 +256,18 @@ def parse_space(doc: Mapping, base: Space | None = None, where: str = "space") -
     if not params:
         raise SpaceError(f"{where}: nothing left to tune")
     return Space(tuple(params.values()), fixed, tuple({str(k): normalize(v) for k, v in e.items()} for e in enqueue))
+
+
+def _finite(value: Any, what: str) -> Any:
+    """`value`, unless it is a number that is not finite (nan, inf; or an int too large for a float)."""
+    if _is_number(value):
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:
+            finite = False
+        if not finite:
+            raise SpaceError(f"{what}={value!r}: must be a finite number")
+    return value
 
 
 def _path_of(name: str, where: str) -> tuple[str, ...]:
@@ -269,13 +288,18 @@ def _param(name: str, path: tuple[str, ...], spec: Mapping, old: Param | None, w
         choices = spec["choices"]
         if not isinstance(choices, list) or not choices:
             raise SpaceError(f"{where}: {name}: choices must be a non-empty list")
-        return Param(name, path, "choice", choices=tuple(normalize(c) for c in choices))
+        return Param(name, path, "choice", choices=tuple(_finite(normalize(c), f"{where}: {name}: choices")
+                                                         for c in choices))
     if old is not None and old.kind == "choice" and ("low" in spec or "high" in spec):
         raise SpaceError(f"{where}: {name}: is a choice; give 'choices', not low/high")
     low = normalize(spec.get("low", old.low if old else None))
     high = normalize(spec.get("high", old.high if old else None))
     if not (_is_number(low) and _is_number(high)):
         raise SpaceError(f"{where}: {name}: needs numeric low and high")
+    _finite(low, f"{where}: {name}: low")
+    _finite(high, f"{where}: {name}: high")
+    if "log" in spec and not isinstance(spec["log"], bool):
+        raise SpaceError(f"{where}: {name}: log must be true or false, not {spec['log']!r}")
     if low > high:
         raise SpaceError(f"{where}: {name}: low {low:g} > high {high:g}")
     log = bool(spec.get("log", old.log if old else high >= 100 * max(low, 1)))

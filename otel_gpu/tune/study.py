@@ -24,6 +24,7 @@ import optuna
 from optuna.trial import TrialState
 
 from . import config as C
+from . import extensions as X
 from . import trial as T
 from .objective import MEMORY_KEY, StepStats
 from .space import Space
@@ -61,6 +62,7 @@ class Settings:
     seed: int | None = None
     deepspeed_check: bool = True
     stale_after_s: float = 300.0
+    prebuild_ops: tuple[str, ...] = ()      # DeepSpeed op builder names to build before the first trial
 
 
 @dataclass
@@ -135,6 +137,7 @@ class Tuner:
         self.base: dict = {}
         self.space = settings.space
         self.study: optuna.Study | None = None
+        self.extension_roots = X.extension_roots(self.env)
 
     # ---- set-up -----------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -175,6 +178,35 @@ class Tuner:
                                              direction="minimize", sampler=sampler, load_if_exists=True)
             self._seed(identity, values)
         self.retire_stale()
+        self._clean_extensions("before the first trial")
+        if s.prebuild_ops:
+            self.events("note", f"building DeepSpeed op(s) {', '.join(s.prebuild_ops)} before the first trial")
+            env = T.trial_env(self.env, f"{s.study_name}-prebuild", instrument=False, export_interval_ms=None,
+                              otlp_endpoint=s.otlp_endpoint)
+            try:
+                X.prebuild_ops(list(s.prebuild_ops), env, s.timeout_s, s.out / "prebuild.log", s.grace_s)
+            except X.PrebuildError:
+                self._clean_extensions("after the failed build")
+                raise
+
+    def _clean_extensions(self, when: str) -> list[Path]:
+        """Remove torch extension builds a killed process left (their lock held by no process)."""
+        removed = X.clean_stale(self.extension_roots)
+        if removed:
+            self.events("note", f"removed {len(removed)} half-built torch extension(s) {when}: "
+                                + ", ".join(str(p) for p in removed))
+        return removed
+
+    def _stuck_on(self, pgid: int) -> str | None:
+        """What a trial at its timeout waits on, where it can be seen: a torch extension lock."""
+        for lock in X.find_locks(self.extension_roots):
+            if lock.stale:
+                return f"waiting on {lock.describe()}, left by a killed build"
+            if any(T.pgid_of(pid) == pgid for pid in lock.holders):
+                return (f"still building the torch extension {lock.path.parent.name} at the timeout "
+                        "(a first JIT build can take minutes: raise --trial-timeout)")
+            return f"waiting on {lock.describe()}: another build on this node"
+        return None
 
     def _seed(self, identity: dict, values: dict) -> None:
         s = self.s
@@ -335,8 +367,12 @@ class Tuner:
                         f"{stats.step_time_s / best[0]:.2f}x the best ({best[0]:.4g} s, trial {best[1]})")
             return None
 
-        run = T.run_trial(plan, monitor, poll_s=min(1.0, s.poll_s), on_start=on_start)
+        def on_timeout(pgid: int) -> None:
+            state["stuck_on"] = self._stuck_on(pgid)
+
+        run = T.run_trial(plan, monitor, poll_s=min(1.0, s.poll_s), on_start=on_start, on_timeout=on_timeout)
         t_end = time.monotonic()
+        cleaned = self._clean_extensions(f"after trial {trial.number}")
         record.status, record.reason, record.seconds = run.status, run.reason, run.seconds
         stats: StepStats | None = None
         try:
@@ -357,6 +393,11 @@ class Tuner:
             if record.status == T.OK:
                 record.status = T.INCOMPLETE
             record.reason = f"{record.reason}; scoring failed: {' '.join(str(exc).split())[:200]}"
+        if run.status == T.TIMEOUT and stats is not None and not stats.total_steps:
+            record.status = T.HANG
+            record.reason = T.startup_hang_reason(s.timeout_s, state.get("stuck_on"), run.log_tail)
+        if cleaned and record.status != T.OK:
+            record.reason += f"; removed the half-built torch extension(s) it left: {', '.join(p.name for p in cleaned)}"
         peak = record.evidence.get(MEMORY_KEY)
         if record.status == T.OK and s.max_memory_bytes and peak is not None and peak > s.max_memory_bytes:
             record.status = T.OVER_MEMORY

@@ -19,6 +19,7 @@ from typing import Callable, Mapping
 
 OK, PRUNED, TIMEOUT, OOM, CRASH, REJECTED, INCOMPLETE, OVER_MEMORY, INTERRUPTED = (
     "ok", "pruned", "timeout", "oom", "crash", "rejected", "incomplete", "over-memory", "interrupted")
+HANG = "hang"   # timed out before its first training step (a start-up hang)
 LOG_NAME = "output.log"
 TAIL_BYTES = 64 * 1024
 
@@ -99,6 +100,16 @@ def classify(returncode: int | None, log_tail: str, *, timed_out: bool = False,
     return CRASH, f"exit status {returncode}" + (f": {line}" if line else "")
 
 
+def startup_hang_reason(timeout_s: float, stuck_on: str | None, log_tail: str) -> str:
+    """Why a trial that reached no training step before its timeout is a start-up hang (pure):
+    what it was seen stuck on, else its last line of output."""
+    reason = f"start-up hang: no training step within the {timeout_s:g} s trial timeout; process group killed"
+    if stuck_on:
+        return f"{reason}; {stuck_on}"
+    lines = [" ".join(line.split()) for line in log_tail.replace("\r", "\n").splitlines() if line.strip()]
+    return f"{reason}; last output: {lines[-1][:200]}" if lines else f"{reason}; no output at all"
+
+
 def _last_exception(text: str) -> str:
     found = _EXCEPTION.findall(text.replace("\r", "\n"))
     for candidate in reversed(found):
@@ -149,7 +160,7 @@ def group_alive(pgid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return any(_pgid_of(pid) == pgid and not _zombie(pid) for pid in _pids())
+    return any(pgid_of(pid) == pgid and not _zombie(pid) for pid in _pids())
 
 
 def _pids() -> list[int]:
@@ -164,7 +175,7 @@ def _stat(pid: int) -> list[str] | None:
         return None
 
 
-def _pgid_of(pid: int) -> int | None:
+def pgid_of(pid: int) -> int | None:
     fields = _stat(pid)
     return int(fields[2]) if fields else None
 
@@ -181,10 +192,12 @@ def start_time(pid: int) -> int | None:
 
 
 def run_trial(plan: TrialPlan, monitor: Callable[[], str | None] | None = None,
-              poll_s: float = 1.0, on_start: Callable[[int], None] | None = None) -> TrialRun:
+              poll_s: float = 1.0, on_start: Callable[[int], None] | None = None,
+              on_timeout: Callable[[int], None] | None = None) -> TrialRun:
     """Run the plan to its end. `monitor()` is called every `poll_s`; a string it returns stops
-    the trial as pruned with that reason. KeyboardInterrupt (or SystemExit) kills the group and
-    propagates."""
+    the trial as pruned with that reason. `on_timeout(pgid)` runs when the timeout hits, before
+    the group is killed (to see what it was stuck on). KeyboardInterrupt (or SystemExit) kills
+    the group and propagates."""
     plan.directory.mkdir(parents=True, exist_ok=True)
     log_path = plan.directory / LOG_NAME
     started = time.time()
@@ -202,6 +215,8 @@ def run_trial(plan: TrialPlan, monitor: Callable[[], str | None] | None = None,
             now = time.monotonic()
             if now >= deadline:
                 timed_out = True
+                if on_timeout is not None:
+                    on_timeout(pgid)
                 break
             if monitor is not None:
                 stop_reason = monitor()

@@ -89,7 +89,7 @@ def test_a_broken_definition_is_one_line_and_writes_nothing(tmp_path, capsys):
     shutil.copy(SRC / "training.dashboard.py", src)
     (src / "zz-broken.dashboard.py").write_text("from otel_gpu.dashboards.panels import timeseries\n"
                                                 "dashboard = timeseries('t', '', [], 'percentunit')\n")
-    assert main(["dashboards", "--src", str(src), "--out", str(out)]) == 1
+    assert main(["dashboards", "--src", str(src), "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "zz-broken.dashboard.py" in err and "description" in err
     assert not out.exists()

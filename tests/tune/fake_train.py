@@ -1,10 +1,12 @@
 """A fast stand-in for a training job: step time is a known function of the DeepSpeed config.
 
     python fake_train.py --deepspeed CONFIG [--steps N] [--crash-when K=V] [--oom-when K=V] [--hang-when K=V]
+                         [--build-op SOURCE.cpp]
 
 Steps are timed with the plain-loop API (`otel_gpu.training.step`), so with OTLP configured
 their metrics reach the backend exactly as a real job's do; rank 0's tqdm-style progress line
-goes to stdout. No torch: each step sleeps `step_time(config)` seconds.
+goes to stdout. No torch: each step sleeps `step_time(config)` seconds. With --build-op, torch JIT-builds the
+C++ file as an extension first (its own lock and build folder, the way DeepSpeed builds its ops).
 """
 import argparse
 import json
@@ -34,9 +36,14 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup-extra", type=float, default=0.1, help="extra seconds of the first step")
     p.add_argument("--crash-when"), p.add_argument("--oom-when"), p.add_argument("--hang-when")
+    p.add_argument("--build-op", help="a C++ file torch builds as extension otelgpu_test_op before step 1")
     args = p.parse_args()
     with open(args.deepspeed) as f:
         config = json.load(f)
+    if args.build_op:
+        from torch.utils.cpp_extension import load
+
+        print(load(name="otelgpu_test_op", sources=[args.build_op], is_python_module=False), flush=True)
     from otel_gpu import training
 
     dt = step_time(config)

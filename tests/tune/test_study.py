@@ -168,9 +168,11 @@ def test_stop_and_kill_mid_study_then_resume(tmp_path):
 
 @pytest.mark.parametrize("extra, message", [
     (["--command", "python train.py"], "must contain {config}"),
-    (["--hidden-size", "0"], "--hidden-size 0: must be >= 1"),
+    (["--hidden-size", "0"], "argument --hidden-size: '0': must be >= 1"),
+    (["--trial-timeout", "nan"], "argument --trial-timeout: 'nan': must be a finite number"),
+    (["--prune-ratio", "inf"], "argument --prune-ratio: 'inf': must be a finite number"),
     (["--prometheus", "localhost:9090"], "expected a URL"),
-    (["--prometheus", "http://127.0.0.1:9"], "unreachable"),
+    (["--otlp", "http://"], "the URL has no host"),
     (["--space", "/nonexistent.yaml"], "cannot read space file"),
 ])
 def test_cli_usage_errors(tmp_path, capsys, extra, message):
@@ -180,6 +182,31 @@ def test_cli_usage_errors(tmp_path, capsys, extra, message):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_prometheus_down_is_a_runtime_failure(tmp_path, capsys):
+    base = copy_base(tmp_path)
+    argv = ["tune", "--base-config", str(base), "--command", "x {config}", "--out", str(tmp_path / "o"),
+            "--hidden-size", "64", "--prometheus", "http://127.0.0.1:9"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert "unreachable" in err and "\n" not in err
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    (b"\x80\x81", "not UTF-8 text"),
+])
+def test_cli_malformed_base_config_is_one_line_exit_2(tmp_path, capsys, content, message):
+    base = tmp_path / "ds.json"
+    base.write_bytes(content if isinstance(content, bytes) else content.encode())
+    assert main(["tune", "--base-config", str(base), "--command", "x {config}", "--out", str(tmp_path / "o"),
+                 "--hidden-size", "64"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
 
 
