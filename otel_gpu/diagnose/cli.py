@@ -20,6 +20,7 @@ import time
 from datetime import datetime, timezone
 
 from ..errors import UsageError
+from ..values import positive_float, url_type
 
 PYROSCOPE_TIMEOUT_S = 10.0   # profiles are optional: a slow Pyroscope costs at most this per request
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -87,7 +88,7 @@ def register(sub) -> None:
     p = sub.add_parser("diagnose", help="name the bottleneck of a training job, with evidence",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus (or VictoriaMetrics) base URL")
-    p.add_argument("--pyroscope", metavar="URL", help="Pyroscope base URL, for the communication rule")
+    p.add_argument("--pyroscope", metavar="URL", type=url_type(), help="Pyroscope base URL, for the communication rule")
     p.add_argument("--pyroscope-app", metavar="NAME", help="Pyroscope service name (default otelgpu.<job>)")
     p.add_argument("--job", help="the job (otelgpu_job label); default: every series in the window")
     p.add_argument("--from", dest="from_", metavar="T", help="window start")
@@ -102,7 +103,8 @@ def register(sub) -> None:
     p.add_argument("--grafana", metavar="URL", help="also write findings as Grafana annotations")
     p.add_argument("--grafana-token", metavar="TOKEN", help="Grafana service-account token (or OTELGPU_GRAFANA_TOKEN)")
     p.add_argument("--grafana-dashboard", metavar="UID", help="attach annotations to this dashboard only")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per server request (default 30)")
+    p.add_argument("--timeout", type=positive_float(hi=3600), default=30.0,
+                   help="seconds per server request (default 30)")
     p.set_defaults(func=run)
 
 
@@ -129,8 +131,6 @@ def run(args) -> int:
         raise UsageError("--grafana needs a token: --grafana-token or OTELGPU_GRAFANA_TOKEN")
     if not args.prometheus.startswith(("http://", "https://")):
         raise UsageError(f"--prometheus {args.prometheus!r}: expected a URL starting with http:// or https://")
-    if args.pyroscope and not args.pyroscope.startswith(("http://", "https://")):
-        raise UsageError(f"--pyroscope {args.pyroscope!r}: expected a URL starting with http:// or https://")
     profile = profile_error = None
     if args.pyroscope:   # profiles are optional: without them the metric findings still print
         app = args.pyroscope_app or (f"otelgpu.{args.job}" if args.job else "otelgpu.train")
