@@ -18,7 +18,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from .parse import RankEvents, TraceFormatError, read_trace
+from .parse import RankEvents, TraceFormatError, describe_counts, read_trace
 
 COMMUNICATION, MEMORY, COMPUTATION, OTHER = "COMMUNICATION", "MEMORY", "COMPUTATION", "OTHER"
 _COMM_RE = re.compile(r"^nccl.*Kernel")
@@ -173,6 +173,11 @@ def load_events(paths: list[str], jobs: int | None = None) -> tuple[dict[int, Ra
     notes: list[str] = []
     for ev in _read_all(paths, jobs):
         p = ev.path
+        if ev.dropped:
+            notes.append(f"{p}: {sum(ev.dropped.values())} events not analysed ({describe_counts(ev.dropped)})")
+        if ev.clamped:
+            notes.append(f"{p}: {sum(ev.clamped.values())} events kept with a field cleared "
+                         f"({describe_counts(ev.clamped)})")
         if ev.rank in out:
             notes.append(f"rank {ev.rank} appears in {out[ev.rank].path} and {p}; using {p}")
         out[ev.rank] = ev
@@ -212,6 +217,13 @@ def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None 
     return TraceSet(path, views, notes, filtered)
 
 
+def _rank_list(ranks: list[int], shown: int = 8) -> str:
+    """[0, 1, 5] -> "[0, 1, 5]"; a long list is cut: "[0, 1, ... (1,000 ranks)]"."""
+    if len(ranks) <= shown:
+        return str(ranks)
+    return "[" + ", ".join(map(str, ranks[:shown])) + f", ... ({len(ranks):,} ranks)]"
+
+
 def load_set(directory: str, ranks: list[int] | None = None, include_last_step: bool = False,
              jobs: int | None = None) -> TraceSet:
     """Read and filter a folder of per-rank traces (optionally only some ranks)."""
@@ -219,6 +231,7 @@ def load_set(directory: str, ranks: list[int] | None = None, include_last_step: 
     if ranks:
         missing = sorted(set(ranks) - set(events))
         if missing:
-            raise TraceFormatError(f"{directory}: no trace for rank(s) {missing}; found {sorted(events)}")
+            raise TraceFormatError(f"{directory}: no trace for rank(s) {_rank_list(missing)}; "
+                                   f"found {_rank_list(sorted(events))}")
         events = {r: events[r] for r in ranks}
     return build_set(directory, events, notes, include_last_step)

@@ -27,7 +27,31 @@ if os.environ.get("OTELGPU_TRACE_JSON", "").lower() != "json":
 CHUNK_CHARS = 1 << 22  # 4 Mi characters of text per read
 _WS = " \t\r\n"
 _RANK_RE = re.compile(r'"rank":[^\S\n]+(\d+)')  # HTA's rank detection: first match, one line
+MAX_RANK = 1 << 24
+TIME_LIMIT_US = float(1 << 53)  # |ts| and dur beyond this (about 285 years) cannot be a profiler time
+_I64 = 1 << 63
+_MAX_INT_DIGITS = 40
+
+
+def _bounded_int(text: str):
+    """JSON integer literal -> int; longer than any int64 -> +-inf (then refused as out of range),
+    instead of Python's error on integers of more than 4300 digits."""
+    if len(text) <= _MAX_INT_DIGITS:
+        return int(text)
+    return float("-inf") if text.startswith("-") else float("inf")
+
+
 _DECODER = json.JSONDecoder()
+_SAFE_DECODER = json.JSONDecoder(parse_int=_bounded_int)
+
+# why a duration event (one with ``dur`` and ``cat``) was not kept; counted per file
+DROP_TS_TYPE = "ts missing or not a number"
+DROP_TS_RANGE = "ts not finite or beyond 2^53 us"
+DROP_DUR_TYPE = "dur not a number"
+DROP_DUR_NEGATIVE = "negative dur"
+DROP_DUR_RANGE = "dur not finite or beyond 2^53 us"
+NOT_OBJECT = "traceEvents element that is not an object"
+ID_CLAMPED = "stream/correlation/external id beyond int64 (set to -1)"
 
 
 class TraceFormatError(Exception):
@@ -56,6 +80,8 @@ class RankEvents:
     names: list[str]
     meta: dict = field(default_factory=dict)
     ts_rounded: bool = False
+    dropped: dict = field(default_factory=dict)  # reason -> events not kept (see DROP_*)
+    clamped: dict = field(default_factory=dict)  # reason -> events kept with a field replaced
 
     def __len__(self) -> int:
         return len(self.index)
@@ -103,7 +129,10 @@ class _Text:
             text = self._tail + chunk
             m = _RANK_RE.search(text)
             if m:
-                self.rank = int(m.group(1))
+                digits = m.group(1)
+                if len(digits) > 9 or int(digits) > MAX_RANK:
+                    raise self.error(f'"rank": {digits[:20]} is not a plausible rank (0 to {MAX_RANK})')
+                self.rank = int(digits)
             else:
                 self._tail = text[-64:]
         self.buf = self.buf[self.pos:] + chunk
@@ -132,16 +161,24 @@ class _Text:
     def value(self):
         """Decode one JSON value at the cursor, reading more text as needed."""
         self.skip_ws()
+        decoder = _DECODER
         while True:
             try:
-                val, end = _DECODER.raw_decode(self.buf, self.pos)
+                val, end = decoder.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as exc:
-                near_end = exc.pos > len(self.buf) - (1 << 20)
-                if near_end and self.more():  # the value continues in the next chunk
+                # a value cut by the end of the buffer fails near the end, or inside a string
+                # that started anywhere (a long stack or argument list): read on and retry
+                cut = exc.pos > len(self.buf) - (1 << 20) or exc.msg.startswith("Unterminated string")
+                if cut and self.more():
                     continue
                 if self.eof and (exc.msg.startswith("Unterminated") or not self.buf[exc.pos:].strip()):
                     raise self.error("truncated JSON (file ends inside a value)") from None
                 raise self.error(f"invalid JSON: {exc.msg} (character {exc.pos - self.pos} of an event)") from None
+            except ValueError:  # an integer literal of thousands of digits: Python refuses to convert it
+                if decoder is _SAFE_DECODER:
+                    raise
+                decoder = _SAFE_DECODER
+                continue
             if end == len(self.buf) and not self.eof and self.more():
                 continue  # a number at the very end of the buffer may continue in the next chunk
             self.pos = end
@@ -161,7 +198,12 @@ def _int_or(v, default: int = -1) -> int:
 
 
 class _Collector:
-    """Accumulates the fields kept from each event into typed arrays (``add`` is a fast closure)."""
+    """Accumulates the fields kept from each event into typed arrays (``add`` is a fast closure).
+
+    A duration event whose ``ts`` or ``dur`` is not a finite number in range, or whose ``dur`` is
+    negative, is not kept and counted in ``dropped`` by reason; an id beyond int64 becomes -1 and
+    is counted in ``clamped``.
+    """
 
     def __init__(self) -> None:
         self.index = array("q")
@@ -175,6 +217,8 @@ class _Collector:
         self.sym: dict[str, int] = {}
         self.flags = {"ts_float": False}  # any ts fractional or missing -> HTA rounds
         self.count = [0]
+        self.dropped: dict[str, int] = {}
+        self.clamped: dict[str, int] = {}
         self.add = self._make_add()
 
     @property
@@ -183,26 +227,39 @@ class _Collector:
 
     def _make_add(self):
         a_index, a_ts, a_dur = self.index.append, self.ts.append, self.dur.append
-        a_name, a_cat, a_stream = self.name.append, self.cat.append, self.stream.append
-        a_corr, a_ext = self.corr.append, self.ext.append
-        sym, flags, count = self.sym, self.flags, self.count
-        num = (int, float)
+        a_name, a_cat = self.name.append, self.cat.append
+        streams, corrs, exts = self.stream, self.corr, self.ext
+        a_stream, a_corr, a_ext = streams.append, corrs.append, exts.append
+        sym, flags, count, dropped, clamped = self.sym, self.flags, self.count, self.dropped, self.clamped
+        lim = TIME_LIMIT_US
+
+        def drop(reason: str) -> None:
+            dropped[reason] = dropped.get(reason, 0) + 1
 
         def add(e) -> None:
             i = count[0]
             count[0] = i + 1
             if type(e) is not dict:
+                drop(NOT_OBJECT)
                 return
             get = e.get
             ts = get("ts")
-            if type(ts) is not int:
+            t_ts = type(ts)
+            if t_ts is not int:
                 flags["ts_float"] = True
-                if type(ts) is not float:
-                    return
             dur = get("dur")
             cat = get("cat")
-            if dur is None or cat is None or cat == "Trace" or type(dur) not in num or dur != dur:
-                return
+            if dur is None or cat is None or cat == "Trace":
+                return  # not a duration event: instant, counter, flow or metadata
+            if t_ts is not int and t_ts is not float:
+                return drop(DROP_TS_TYPE)
+            if not -lim <= ts <= lim:  # NaN fails too
+                return drop(DROP_TS_RANGE)
+            t_dur = type(dur)
+            if t_dur is not int and t_dur is not float:
+                return drop(DROP_DUR_TYPE)
+            if not 0 <= dur <= lim:
+                return drop(DROP_DUR_NEGATIVE if dur < 0 else DROP_DUR_RANGE)
             name = get("name")
             if type(name) is not str:
                 name = str(name)
@@ -230,14 +287,22 @@ class _Collector:
                     ext = _int_or(ext)
             else:
                 stream = corr = ext = -1
+            n = len(streams)
+            try:
+                a_stream(stream)
+                a_corr(corr)
+                a_ext(ext)
+            except OverflowError:  # an id beyond int64: keep the event, the id becomes "absent"
+                del streams[n:], corrs[n:], exts[n:]
+                a_stream(stream if -_I64 <= stream < _I64 else -1)
+                a_corr(corr if -_I64 <= corr < _I64 else -1)
+                a_ext(ext if -_I64 <= ext < _I64 else -1)
+                clamped[ID_CLAMPED] = clamped.get(ID_CLAMPED, 0) + 1
             a_index(i)
             a_ts(ts)
             a_dur(dur)
             a_name(nid)
             a_cat(cid)
-            a_stream(stream)
-            a_corr(corr)
-            a_ext(ext)
         return add
 
 
@@ -301,6 +366,8 @@ def read_trace(path: str, chunk_chars: int = CHUNK_CHARS) -> RankEvents:
         text.close()
     if not found:
         raise TraceFormatError(f"{path}: no 'traceEvents' array: not a Kineto/Chrome trace")
+    if not len(col.index):
+        raise TraceFormatError(f"{path}: {_no_events(col)}: not a PyTorch profiler trace")
     rank = text.rank if text.rank is not None else 0
     return _finish(path, rank, col, meta)
 
@@ -360,6 +427,19 @@ def _batch(text: _Text, add) -> bool:
     return False
 
 
+def _no_events(col: _Collector) -> str:
+    if not col.count[0]:
+        return "'traceEvents' is empty"
+    if col.dropped:
+        return f"no usable duration event ({describe_counts(col.dropped)})"
+    return f"none of the {col.count[0]} elements of 'traceEvents' is a duration event (with ts, dur and cat)"
+
+
+def describe_counts(counts: dict[str, int]) -> str:
+    """``{"negative dur": 2}`` -> ``"negative dur: 2"``, largest first."""
+    return ", ".join(f"{k}: {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
 def _finish(path: str, rank: int, col: _Collector, meta: dict) -> RankEvents:
     ts = np.frombuffer(col.ts, dtype=np.float64)
     dur = np.frombuffer(col.dur, dtype=np.float64)
@@ -383,5 +463,6 @@ def _finish(path: str, rank: int, col: _Collector, meta: dict) -> RankEvents:
         correlation=np.frombuffer(col.corr, dtype=np.int64),
         external_id=np.frombuffer(col.ext, dtype=np.int64),
         names=names, meta=meta, ts_rounded=col.ts_float,
+        dropped=dict(col.dropped), clamped=dict(col.clamped),
     )
 

@@ -67,20 +67,20 @@ def write_outputs(json_path: str | None, json_doc: dict | None, csv_dir: str | N
     try:
         if json_path:
             d = os.path.dirname(os.path.abspath(json_path))
-            os.makedirs(d, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".otel-gpu-", suffix=".json.tmp", dir=d)
             with os.fdopen(fd, "w") as fh:
                 json.dump(jsonable(json_doc), fh, indent=1, allow_nan=False)
             staged.append((tmp, json_path))
         if csv_dir and files:
             parent = os.path.dirname(os.path.abspath(csv_dir))
-            os.makedirs(parent, exist_ok=True)
             tdir = tempfile.mkdtemp(prefix=".otel-gpu-csv-", dir=parent)
             tmpdirs.append(tdir)
             for name, text in files.items():
                 with open(os.path.join(tdir, name), "w") as fh:
                     fh.write(text)
                 staged.append((os.path.join(tdir, name), os.path.join(csv_dir, name)))
+        if json_path and os.path.isdir(json_path):
+            raise IsADirectoryError(21, "is a folder", json_path)
         if csv_dir and files:
             os.makedirs(csv_dir, exist_ok=True)
         for tmp, final in staged:
