@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import breakdown, idle, launch
+from . import breakdown, counters, idle, launch
 from .findings import Thresholds, find_antipatterns, thresholds_dict
 from .model import TraceSet
 from .steps import cross_rank_summary
@@ -21,6 +21,7 @@ class Options:
     consecutive_kernel_delay: float = 30
     runtime_cutoff: float = 50
     launch_delay_cutoff: float = 100
+    max_queue_length: int = counters.CUDA_MAX_LAUNCH_QUEUE
     thresholds: Thresholds = field(default_factory=Thresholds)
 
 
@@ -48,6 +49,9 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
     if not any(temporal.values()):
         notes.append("no GPU kernels in any rank: temporal, kernel, idle, overlap and launch analyses "
                      "have nothing to measure (HTA 0.5.0 fails here); CPU-side steps and findings follow")
+    queue = [r for v in views for r in counters.queue_length_summary(v)]
+    blocked = [r for v in views for r in counters.blocked_on_full_queue(v, opts.max_queue_length)]
+    membw = [r for v in views for r in counters.memory_bw_summary(v)]
     cross = cross_rank_summary(views, [t for t in temporal.values() if t])
     findings, checks = find_antipatterns(views, temporal, idle_rows, opts.thresholds)
     return {
@@ -63,6 +67,9 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "idle_interval_stats": idle_stats,
         "comm_comp_overlap": overlap,
         "launch_stats": launch_rows,
+        "queue_length_summary": queue,
+        "queue_full_blocked": blocked,
+        "memory_bw_summary": membw,
         "cross_rank": cross,
         "findings": findings,
         "checks": checks,

@@ -52,6 +52,8 @@ DROP_DUR_NEGATIVE = "negative dur"
 DROP_DUR_RANGE = "dur not finite or beyond 2^53 us"
 NOT_OBJECT = "traceEvents element that is not an object"
 ID_CLAMPED = "stream/correlation/external id beyond int64 (set to -1)"
+BW_CLAMPED = "memory bandwidth not a finite number >= 0 (set to 0)"
+BW_ARG = "memory bandwidth (GB/s)"
 
 
 class TraceFormatError(Exception):
@@ -78,6 +80,7 @@ class RankEvents:
     correlation: np.ndarray
     external_id: np.ndarray
     names: list[str]
+    memory_bw: np.ndarray | None = None  # GB/s from args "memory bandwidth (GB/s)" of GPU events, else 0
     meta: dict = field(default_factory=dict)
     ts_rounded: bool = False
     dropped: dict = field(default_factory=dict)  # reason -> events not kept (see DROP_*)
@@ -214,6 +217,7 @@ class _Collector:
         self.stream = array("q")
         self.corr = array("q")
         self.ext = array("q")
+        self.bw = array("d")
         self.sym: dict[str, int] = {}
         self.flags = {"ts_float": False}  # any ts fractional or missing -> HTA rounds
         self.count = [0]
@@ -230,6 +234,7 @@ class _Collector:
         a_name, a_cat = self.name.append, self.cat.append
         streams, corrs, exts = self.stream, self.corr, self.ext
         a_stream, a_corr, a_ext = streams.append, corrs.append, exts.append
+        a_bw = self.bw.append
         sym, flags, count, dropped, clamped = self.sym, self.flags, self.count, self.dropped, self.clamped
         lim = TIME_LIMIT_US
 
@@ -285,8 +290,14 @@ class _Collector:
                     ext = aget("external id", -1)
                 if type(ext) is not int:
                     ext = _int_or(ext)
+                bw = aget(BW_ARG, 0.0) if stream != -1 else 0.0
+                if type(bw) is not float:
+                    bw = _bandwidth(bw, clamped)
+                elif not 0.0 <= bw <= lim:
+                    bw = _bandwidth(bw, clamped)
             else:
                 stream = corr = ext = -1
+                bw = 0.0
             n = len(streams)
             try:
                 a_stream(stream)
@@ -303,7 +314,18 @@ class _Collector:
             a_dur(dur)
             a_name(nid)
             a_cat(cid)
+            a_bw(bw)
         return add
+
+
+def _bandwidth(v, clamped: dict) -> float:
+    """A memory bandwidth arg (GB/s) as a finite float >= 0; anything else counts as clamped and is 0."""
+    if type(v) is int and 0 <= v <= TIME_LIMIT_US:
+        return float(v)
+    if type(v) is float and 0.0 <= v <= TIME_LIMIT_US:
+        return v
+    clamped[BW_CLAMPED] = clamped.get(BW_CLAMPED, 0) + 1
+    return 0.0
 
 
 def _downcast_int(a: np.ndarray) -> np.ndarray:
@@ -462,6 +484,7 @@ def _finish(path: str, rank: int, col: _Collector, meta: dict) -> RankEvents:
         stream=np.frombuffer(col.stream, dtype=np.int64),
         correlation=np.frombuffer(col.corr, dtype=np.int64),
         external_id=np.frombuffer(col.ext, dtype=np.int64),
+        memory_bw=np.frombuffer(col.bw, dtype=np.float64),
         names=names, meta=meta, ts_rounded=col.ts_float,
         dropped=dict(col.dropped), clamped=dict(col.clamped),
     )

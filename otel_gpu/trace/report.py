@@ -21,6 +21,9 @@ CSV_TABLES = {
     "idle_time_interval_stats.csv": "idle_interval_stats",
     "comm_comp_overlap.csv": "comm_comp_overlap",
     "launch_summary.csv": "launch_stats",
+    "queue_length_summary.csv": "queue_length_summary",
+    "queue_full_blocked.csv": "queue_full_blocked",
+    "memory_bw_summary.csv": "memory_bw_summary",
     "findings.csv": "findings",
     "checks.csv": "checks",
 }
@@ -150,6 +153,20 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
                              [[r["rank"], r["launches"], r["short_kernels"], r["runtime_outliers"],
                                r["launch_delay_outliers"], r["mean_cpu_duration_us"], r["mean_launch_delay_us"]]
                               for r in doc["launch_stats"]]))
+    if doc.get("queue_length_summary"):
+        console.print(_table("Launch queue length per stream (outstanding GPU operations)",
+                             ["rank", "stream", "changes", "mean", "median", "max"],
+                             [[r["rank"], r["stream"], int(r["count"]), r["mean"], r["50%"], r["max"]]
+                              for r in doc["queue_length_summary"]]))
+    for r in doc.get("queue_full_blocked") or []:
+        console.print(f"Rank {r['rank']} stream {r['stream']}: launch queue full for "
+                      f"{r['duration_at_max_queue_length']:,.0f} us "
+                      f"({100 * r['relative_duration_at_max_queue_length']:.2f}% of the trace)", highlight=False)
+    if doc.get("memory_bw_summary"):
+        console.print(_table("Memory copy bandwidth (GB/s, while copies run)",
+                             ["rank", "name", "points", "mean", "median", "max"],
+                             [[r["rank"], r["name"], int(r["count"]), r["mean"], r["50%"], r["max"]]
+                              for r in doc["memory_bw_summary"]]))
     cross = doc["cross_rank"]
     if cross["steps"]:
         console.print(_table("Steps across ranks (busy = step - communication, us)",

@@ -1,0 +1,97 @@
+"""Parity with HTA 0.5.0 for queue length, time blocked on a full launch queue and memory bandwidth:
+every shared trace set against the results HTA produced (tests/data/hta_extra, made by
+tests/data/hta_extra/make_reference.py)."""
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from otel_gpu.trace import counters
+from otel_gpu.trace.model import load_set
+from kineto import Builder
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES, REFS = ROOT.parent / "shared" / "data" / "traces", ROOT / "tests" / "data" / "hta_extra"
+SETS = sorted(str(p.parent.relative_to(REFS)) for p in REFS.rglob("run_info.json"))
+STATS = ("count", "mean", "std", "min", "25%", "50%", "75%", "max")
+_cache: dict = {}
+
+
+def trace_set(name):
+    if name not in _cache:
+        _cache[name] = load_set(str(TRACES / name))
+    return _cache[name]
+
+
+def ref(name, file):
+    p = REFS / name / file
+    return list(csv.DictReader(open(p))) if p.exists() else None
+
+
+def hta_failed(name, step):
+    info = json.loads((REFS / name / "run_info.json").read_text())
+    return any(s["step"] in (step, "load") and s["error"] for s in info["steps"])
+
+
+def close(want: str, got: float) -> bool:
+    a = float(want) if want else math.nan
+    return (math.isnan(a) and math.isnan(got)) or abs(a - got) <= 1e-6 * max(1.0, abs(a))
+
+
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"shared trace sets not present at {TRACES}")
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SETS)
+@pytest.mark.parametrize("file, fn, key", [
+    ("queue_length_summary.csv", counters.queue_length_summary, "stream"),
+    ("memory_bw_summary.csv", counters.memory_bw_summary, "name"),
+])
+def test_summary_tables(name, file, fn, key):
+    want = ref(name, file)
+    got = [r for v in trace_set(name).ranks.values() for r in fn(v)]
+    if want is None:  # HTA wrote nothing: it failed or found nothing (CPU-only trace)
+        assert got == []
+        return
+    assert [(int(w["rank"]), w[key]) for w in want] == [(g["rank"], str(g[key])) for g in got]
+    for w, g in zip(want, got):
+        for c in STATS:
+            assert close(w[c], g[c]), (c, w, g)
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SETS)
+def test_blocked_on_full_queue(name):
+    want = ref(name, "queue_full_blocked.csv") or []
+    got = [r for v in trace_set(name).ranks.values() for r in counters.blocked_on_full_queue(v)]
+    assert len(got) == len(want)
+    for w, g in zip(want, got):
+        assert int(w["stream"]) == g["stream"] and close(w["duration_at_max_queue_length"],
+                                                         g["duration_at_max_queue_length"])
+
+
+def test_reference_covers_the_gpu_sets():
+    assert {"hta_sampled_2rank", "hta_nccl_data", "hta_alexnet_single_rank"} <= set(SETS)
+    assert ref("hta_sampled_2rank", "queue_length_summary.csv")
+
+
+def test_full_queue_time_by_hand(tmp_path):
+    """1100 launches in 1100 us, the kernels only start afterwards: the queue is at 1024 or more
+    from the 1024th launch (us 1023) until the 77th kernel starts."""
+    b = Builder(0)
+    for i in range(1100):
+        ext = b.cpu("aten::add_", 1000 + i, 1)
+        corr = b.runtime("cudaLaunchKernel", 1000 + i, 1, ext)
+        b.events.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3000 + 2 * i,
+                         "dur": 1, "args": {"stream": 7, "correlation": corr, "External id": ext}})
+    b.write(str(tmp_path / "r.json"))
+    v = load_set(str(tmp_path)).ranks[0]
+    q = counters.queue_length_summary(v)
+    assert q[0]["max"] == 1100 and q[0]["count"] == 2200
+    (row,) = counters.blocked_on_full_queue(v)
+    # >= 1024 from the 1024th launch (ts 2023) to the start of kernel 77 (ts 3000 + 2 * 76)
+    assert row["duration_at_max_queue_length"] == (3000 + 2 * 76) - 2023
+    assert row["relative_duration_at_max_queue_length"] == pytest.approx(row["duration_at_max_queue_length"] /
+                                                                        (3000 + 2 * 1099 - 1000))
