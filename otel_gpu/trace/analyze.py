@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import breakdown, counters, idle, launch
-from .findings import Thresholds, find_antipatterns, thresholds_dict
+from .findings import Thresholds, check_ranks, thresholds_dict
+from .grouping import group_findings
 from .model import TraceSet
 from .steps import cross_rank_summary
 
@@ -53,7 +54,8 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
     blocked = [r for v in views for r in counters.blocked_on_full_queue(v, opts.max_queue_length)]
     membw = [r for v in views for r in counters.memory_bw_summary(v)]
     cross = cross_rank_summary(views, [t for t in temporal.values() if t])
-    findings, checks = find_antipatterns(views, temporal, idle_rows, opts.thresholds)
+    checks = check_ranks(views, temporal, idle_rows, opts.thresholds)
+    findings = group_findings(checks, opts.thresholds)
     return {
         "trace_dir": ts.path,
         "ranks": [v.rank for v in views],

@@ -66,6 +66,17 @@ def _ratio(text: str) -> float:
     return x
 
 
+def _percent(text: str) -> float:
+    """A share in percent, 0 to 100."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
+    if not 0 <= x <= 100:
+        raise argparse.ArgumentTypeError(f"must be a percentage from 0 to 100, got {text[:40]!r}")
+    return x
+
+
 def check_outputs(json_path: str | None, csv_dir: str | None) -> None:
     """Refuse output paths that cannot be written, before any work: UsageError naming the flag."""
     for flag, path, is_dir in (("--json", json_path, False), ("--csv", csv_dir, True)):
@@ -105,6 +116,9 @@ def register(sub) -> None:
     a.add_argument("--runtime-cutoff", type=_micros, default=50, help="launch call (us) counted as outlier (HTA: 50)")
     a.add_argument("--launch-delay-cutoff", type=_micros, default=100,
                    help="launch delay (us) counted as outlier (HTA: 100)")
+    a.add_argument("--min-impact", type=_percent, default=1.0, metavar="PCT",
+                   help="report a finding only when its time at stake is at least PCT %% of the span analysed "
+                        "(GPU span; steps on CPU-only traces); default 1")
     a.add_argument("--quiet", action="store_true", help="no terminal tables")
     a.set_defaults(func=run_analyze)
 
@@ -157,6 +171,7 @@ def run_analyze(args) -> int:
                    consecutive_kernel_delay=args.kernel_delay, runtime_cutoff=args.runtime_cutoff,
                    launch_delay_cutoff=args.launch_delay_cutoff)
     opts.thresholds.runtime_cutoff_us = args.runtime_cutoff
+    opts.thresholds.min_time_share_pct = args.min_impact
     ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs)
     doc = analyze(ts, opts)
     if not _write(args, doc, csv_files(doc) if args.csv_dir else None):

@@ -179,18 +179,60 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
         console.print(f"Straggler: rank {s['rank']}, busiest in {s['steps_slowest']} of {len(cross['steps'])} steps, "
                       f"{s['excess_us']:,.0f} us ({s['excess_pct']:+.1f}%) more busy time than the median rank",
                       highlight=False)
-    if doc["findings"]:
-        console.print("[bold]Findings[/bold] (biggest time at stake first)")
-        for i, f in enumerate(doc["findings"], 1):
-            ind = f["indicator"]
-            console.print(f"{i}. [bold]{f['title']}[/bold], rank {f['rank']}: {ind['name']} {ind['value']:g} "
-                          f"(threshold {ind['threshold']:g}); time at stake {f['time_at_stake_us']:,.0f} us",
+    render_findings(doc, console)
+
+
+def render_findings(doc: dict, console) -> None:
+    """Findings grouped across ranks; an effect is printed under its cause, not apart."""
+    findings = doc["findings"]
+    th = doc.get("thresholds", {})
+    if not findings:
+        console.print(f"No anti-pattern found (no check over its threshold with at least "
+                      f"{th.get('min_time_share_pct', 0):g}% of the span at stake).", highlight=False)
+        return
+    console.print(f"[bold]Findings[/bold] (time at stake >= {th.get('min_time_share_pct', 0):g}% of the span; "
+                  "biggest share first)")
+    by_pattern = {f["pattern"]: f for f in findings}
+    # an effect is printed once, under its biggest cause
+    primary = {f["pattern"]: f["caused_by"][0]["pattern"] for f in findings if f["caused_by"]}
+    i = 0
+    for f in findings:
+        if f["pattern"] in primary:
+            continue
+        i += 1
+        _print_finding(console, f, f"{i}.", "")
+        for link in f["leads_to"]:
+            console.print(f"   leads to: {link['idle_us']:,.0f} us of GPU idle ({link['share_of_idle_pct']:g}% of "
+                          f"the idle on ranks {link['ranks_text']}) starts in these calls or waits for these launches",
                           highlight=False)
-            if _where(f["where"]):
-                console.print(f"   where: {_where(f['where'])}", highlight=False)
-            console.print(f"   fix: {f['fix']}", highlight=False)
+            if primary.get(link["pattern"]) == f["pattern"]:
+                _print_finding(console, by_pattern[link["pattern"]], "   ->", "      ")
+
+
+def _print_finding(console, f: dict, bullet: str, pad: str) -> None:
+    ind, at, share = f["indicator"], f["time_at_stake_per_rank_us"], f["share_of_span_pct"]
+    n, total = len(f["ranks"]), f["ranks_analysed"]
+    who = f"rank {f['ranks_text']}" if n == 1 else f"ranks {f['ranks_text']} ({n} of {total})"
+    if n == 1 or ind["min"] == ind["max"]:
+        value = f"{ind['median']:g}" + ("" if n == 1 else " on each")
     else:
-        console.print("No anti-pattern found (every check under its threshold).")
+        value = f"median {ind['median']:g} (min {ind['min']:g}, max {ind['max']:g})"
+    if n == 1 or at["min"] == at["max"]:
+        stake = f"{at['median']:,.0f} us" + ("" if n == 1 else " per rank")
+    else:
+        stake = f"median {at['median']:,.0f} us per rank (max {at['max']:,.0f})"
+    console.print(f"{bullet} [bold]{f['title']}[/bold], {who}: {ind['name']} {value}, threshold {ind['threshold']:g}; "
+                  f"time at stake {stake}, {share['median']:.1f}% of the {f['span']}", highlight=False)
+    if _where(f["where"]):
+        console.print(f"{pad}   where (rank {f['worst_rank']}): {_where(f['where'])}", highlight=False)
+    if f["caused_by"]:
+        causes = ", ".join(f"{c['pattern']} ({c['share_of_idle_pct']:g}%)" for c in f["caused_by"])
+        console.print(f"{pad}   caused by: {causes}", highlight=False)
+    if f["ranks_triggered_below_min_share"]:
+        from .grouping import rank_ranges
+        console.print(f"{pad}   also over the threshold, with less at stake: ranks "
+                      f"{rank_ranges(f['ranks_triggered_below_min_share'])}", highlight=False)
+    console.print(f"{pad}   fix: {f['fix']}", highlight=False)
 
 
 def _where(w: dict) -> str:
@@ -212,6 +254,8 @@ def _where(w: dict) -> str:
 def render_diff(doc: dict, console, top: int = 20) -> None:
     console.print(f"[bold]A[/bold] {doc['a']} ({doc['ranks_a']} ranks)  ->  [bold]B[/bold] {doc['b']} "
                   f"({doc['ranks_b']} ranks); per-rank figures")
+    for n in doc.get("notes", []):
+        console.print(f"  note: {n}", highlight=False)
     sa, sb = doc["summary_a"], doc["summary_b"]
     if sa and sb:
         console.print(f"GPU span {sa['kernel_time_us']:,.0f} -> {sb['kernel_time_us']:,.0f} us, idle "

@@ -15,7 +15,8 @@ REAL = "tests/data/traces"
 
 def test_analyze_writes_json_and_csv(tmp_path, capsys):
     out, cdir = tmp_path / "r.json", tmp_path / "csv"
-    assert main(["trace", "analyze", f"{REAL}/cpu_gloo_sync_straggler", "--json", str(out), "--csv", str(cdir)]) == 0
+    assert main(["trace", "analyze", f"{REAL}/cpu_gloo_sync_straggler", "--json", str(out), "--csv", str(cdir),
+                 "--min-impact", "0"]) == 0
     doc = json.loads(out.read_text())
     assert doc["ranks"] == [0, 1] and doc["cross_rank"]["straggler"]["rank"] == 1
     assert "_launch_pairs" not in doc
