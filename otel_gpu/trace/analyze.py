@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import breakdown, counters, idle, launch
+from . import breakdown, counters, idle, launch, stragglers
 from .findings import Thresholds, check_ranks, thresholds_dict
 from .grouping import group_findings
 from .model import TraceSet
@@ -23,6 +23,7 @@ class Options:
     runtime_cutoff: float = 50
     launch_delay_cutoff: float = 100
     max_queue_length: int = counters.CUDA_MAX_LAUNCH_QUEUE
+    straggler_candidates: int = 2
     thresholds: Thresholds = field(default_factory=Thresholds)
 
 
@@ -53,6 +54,8 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
     queue = [r for v in views for r in counters.queue_length_summary(v)]
     blocked = [r for v in views for r in counters.blocked_on_full_queue(v, opts.max_queue_length)]
     membw = [r for v in views for r in counters.memory_bw_summary(v)]
+    potential = stragglers.potential_stragglers(views, opts.straggler_candidates) if len(views) > 1 else \
+        {"ranks": [], "counts": {}, "error": "one rank"}
     cross = cross_rank_summary(views, [t for t in temporal.values() if t])
     checks = check_ranks(views, temporal, idle_rows, opts.thresholds)
     findings = group_findings(checks, opts.thresholds)
@@ -72,6 +75,7 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "queue_length_summary": queue,
         "queue_full_blocked": blocked,
         "memory_bw_summary": membw,
+        "potential_stragglers": potential,
         "cross_rank": cross,
         "findings": findings,
         "checks": checks,

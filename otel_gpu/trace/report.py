@@ -48,6 +48,10 @@ def csv_files(doc: dict) -> dict[str, str]:
     clean = jsonable(doc)
     out = {name: _csv_text(clean.get(key) or []) for name, key in CSV_TABLES.items()}
     out["steps.csv"] = _csv_text(clean["cross_rank"]["steps"])
+    ps = clean.get("potential_stragglers") or {}
+    out["potential_stragglers.csv"] = _csv_text([{"rank": int(r), "steps_flagged": n,
+                                                  "potential_straggler": int(r) in ps.get("ranks", [])}
+                                                 for r, n in (ps.get("counts") or {}).items()])
     for rank, p in doc.get("_launch_pairs", {}).items():
         buf = io.StringIO()
         buf.write(",".join(PAIR_COLUMNS) + "\n")
@@ -174,6 +178,10 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
                               "imbalance %", "longest step us"],
                              [[s["step"], s["ranks"], s["straggler_rank"], s["straggler_busy_us"], s["median_busy_us"],
                                s["excess_us"], s["imbalance_pct"], s["slowest_step_us"]] for s in cross["steps"]]))
+    ps = doc.get("potential_stragglers") or {}
+    if ps.get("ranks"):
+        console.print(f"Potential stragglers (HTA's method: latest start of {_short(ps['kernel'], 60)} on stream "
+                      f"{ps['stream']}): ranks {ps['ranks']}", highlight=False)
     if "straggler" in cross:
         s = cross["straggler"]
         console.print(f"Straggler: rank {s['rank']}, busiest in {s['steps_slowest']} of {len(cross['steps'])} steps, "

@@ -4,6 +4,7 @@ tests/data/hta_extra/make_reference.py)."""
 import csv
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,11 @@ def close(want: str, got: float) -> bool:
 needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"shared trace sets not present at {TRACES}")
 
 
+SHARED = [n for n in SETS if not n.startswith("built/")]
+
+
 @needs_traces
-@pytest.mark.parametrize("name", SETS)
+@pytest.mark.parametrize("name", SHARED)
 @pytest.mark.parametrize("file, fn, key", [
     ("queue_length_summary.csv", counters.queue_length_summary, "stream"),
     ("memory_bw_summary.csv", counters.memory_bw_summary, "name"),
@@ -62,7 +66,7 @@ def test_summary_tables(name, file, fn, key):
 
 
 @needs_traces
-@pytest.mark.parametrize("name", SETS)
+@pytest.mark.parametrize("name", SHARED)
 def test_blocked_on_full_queue(name):
     want = ref(name, "queue_full_blocked.csv") or []
     got = [r for v in trace_set(name).ranks.values() for r in counters.blocked_on_full_queue(v)]
@@ -95,3 +99,57 @@ def test_full_queue_time_by_hand(tmp_path):
     assert row["duration_at_max_queue_length"] == (3000 + 2 * 76) - 2023
     assert row["relative_duration_at_max_queue_length"] == pytest.approx(row["duration_at_max_queue_length"] /
                                                                         (3000 + 2 * 1099 - 1000))
+
+
+# ---- a derived 8-rank set (tests/data/hta_extra/make_sets.py) with late, longer collectives ----
+
+@pytest.fixture(scope="module")
+def skewed(tmp_path_factory):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_sets", REFS / "make_sets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return load_set(mod.skewed(str(TRACES), str(tmp_path_factory.mktemp("skewed"))))
+
+
+@needs_traces
+def test_potential_stragglers_on_the_skewed_set(skewed):
+    from otel_gpu.trace.stragglers import potential_stragglers
+
+    want = json.loads((REFS / "built" / "sampled_8rank_skewed" / "potential_stragglers.json").read_text())
+    got = potential_stragglers(list(skewed.ranks.values()))
+    assert got["ranks"] == want["potential_stragglers"] == [1, 5]
+    assert got["kernel"].startswith("ncclKernel_SendRecv")
+
+
+@needs_traces
+@pytest.mark.parametrize("name", [n for n in SHARED if "potential_stragglers.json" in os.listdir(REFS / n)])
+def test_potential_stragglers_on_shared_sets(name):
+    from otel_gpu.trace.stragglers import potential_stragglers
+
+    want = json.loads((REFS / name / "potential_stragglers.json").read_text())["potential_stragglers"]
+    assert potential_stragglers(list(trace_set(name).ranks.values()))["ranks"] == want
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SHARED)
+def test_no_answer_where_hta_raises(name):
+    from otel_gpu.trace.stragglers import potential_stragglers
+
+    got = potential_stragglers(list(trace_set(name).ranks.values()))
+    assert (got["error"] is not None) == hta_failed(name, "get_potential_stragglers"), got
+
+
+@needs_traces
+@pytest.mark.parametrize("file, fn, key", [
+    ("queue_length_summary.csv", counters.queue_length_summary, "stream"),
+    ("memory_bw_summary.csv", counters.memory_bw_summary, "name"),
+])
+def test_summary_tables_on_the_skewed_set(skewed, file, fn, key):
+    want = ref("built/sampled_8rank_skewed", file)
+    got = [r for v in skewed.ranks.values() for r in fn(v)]
+    assert [(int(w["rank"]), w[key]) for w in want] == [(g["rank"], str(g[key])) for g in got]
+    for w, g in zip(want, got):
+        for c in STATS:
+            assert close(w[c], g[c]), (c, w, g)
