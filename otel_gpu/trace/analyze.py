@@ -5,8 +5,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import breakdown, counters, idle, launch, stragglers
+from . import aten_ops, breakdown, counters, idle, launch, stragglers
 from .findings import Thresholds, check_ranks, thresholds_dict
+from .aten_ops import aten_op_launches
 from .grouping import group_findings
 from .model import TraceSet
 from .steps import cross_rank_summary
@@ -54,6 +55,9 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
     queue = [r for v in views for r in counters.queue_length_summary(v)]
     blocked = [r for v in views for r in counters.blocked_on_full_queue(v, opts.max_queue_length)]
     membw = [r for v in views for r in counters.memory_bw_summary(v)]
+    launches = {v.rank: aten_op_launches(v) for v in views}
+    aten = [{"rank": r, **row} for r, ls in launches.items() for row in aten_ops.aten_op_kernels(ls)]
+    aten_all = aten_ops.aten_op_kernels([row for ls in launches.values() for row in ls])
     potential = stragglers.potential_stragglers(views, opts.straggler_candidates) if len(views) > 1 else \
         {"ranks": [], "counts": {}, "error": "one rank"}
     cross = cross_rank_summary(views, [t for t in temporal.values() if t])
@@ -76,6 +80,8 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "queue_full_blocked": blocked,
         "memory_bw_summary": membw,
         "potential_stragglers": potential,
+        "aten_op_kernels": aten,
+        "aten_op_kernels_all_ranks": aten_all,
         "cross_rank": cross,
         "findings": findings,
         "checks": checks,

@@ -24,6 +24,7 @@ CSV_TABLES = {
     "queue_length_summary.csv": "queue_length_summary",
     "queue_full_blocked.csv": "queue_full_blocked",
     "memory_bw_summary.csv": "memory_bw_summary",
+    "aten_op_kernels.csv": "aten_op_kernels",
     "findings.csv": "findings",
     "checks.csv": "checks",
 }
@@ -115,7 +116,7 @@ def _table(title: str, cols: list[str], rows: list[list]):
 
     t = Table(title=title, title_justify="left", show_lines=False)
     for i, c in enumerate(cols):
-        t.add_column(c, justify="left" if i == 0 or c in ("name", "kernel_type", "category", "pattern", "where")
+        t.add_column(c, justify="left" if i == 0 or c in ("name", "kernels", "kernel_type", "category", "pattern", "where")
                      else "right", overflow="fold")
     for r in rows:
         t.add_row(*[_fmt(x) if not isinstance(x, str) else x for x in r])
@@ -178,6 +179,12 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
                               "imbalance %", "longest step us"],
                              [[s["step"], s["ranks"], s["straggler_rank"], s["straggler_busy_us"], s["median_busy_us"],
                                s["excess_us"], s["imbalance_pct"], s["slowest_step_us"]] for s in cross["steps"]]))
+    if doc.get("aten_op_kernels_all_ranks"):
+        rows = doc["aten_op_kernels_all_ranks"][:top]
+        console.print(_table(f"ATen ops and the kernels they launch (all ranks, {len(rows)} most frequent)",
+                             ["name", "kernels", "count", "op start to launch us", "launch to kernel us"],
+                             [[_short(r["aten_op_name"], 40), _short(r["kernel_sequence"], 80), r["occurrence_count"],
+                               r["avg_aten_op_launch_delay"], r["avg_runtime_delay"]] for r in rows]))
     ps = doc.get("potential_stragglers") or {}
     if ps.get("ranks"):
         console.print(f"Potential stragglers (HTA's method: latest start of {_short(ps['kernel'], 60)} on stream "

@@ -153,3 +153,29 @@ def test_summary_tables_on_the_skewed_set(skewed, file, fn, key):
     for w, g in zip(want, got):
         for c in STATS:
             assert close(w[c], g[c]), (c, w, g)
+
+
+def _aten_check(want_rows, got_rows):
+    assert [(w["aten_op_name"], w["kernel_sequence"], int(w["occurrence_count"])) for w in want_rows] == \
+        [(g["aten_op_name"], g["kernel_sequence"], g["occurrence_count"]) for g in got_rows]
+    for w, g in zip(want_rows, got_rows):
+        for c in ("avg_aten_op_launch_delay", "avg_runtime_delay"):
+            assert abs(float(w[c]) - g[c]) <= 1e-3, (c, w, g)
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SHARED)
+def test_aten_op_kernels(name):
+    """HTA 0.5.0 carries earlier ranks' launches into later ranks' tables: rank i's reference is
+    compared with ranks 0..i of ours pooled; rank 0's is exactly ours."""
+    from otel_gpu.trace.aten_ops import aten_op_kernels, aten_op_launches
+
+    ts = trace_set(name)
+    pooled = []
+    for rank, v in ts.ranks.items():
+        pooled += aten_op_launches(v)
+        want = ref(name, f"aten_op_kernels_rank{rank}.csv")
+        if want is None:
+            assert hta_failed(name, "get_aten_op_kernels_and_delay") or not pooled
+            continue
+        _aten_check(want, aten_op_kernels(pooled))

@@ -7,7 +7,7 @@ Run with HTA installed in its own virtual environment (it is never a dependency 
 
 For every trace set (a folder of per-rank files) under the first argument it writes, under the
 same relative path in the second: queue_length_summary.csv, queue_full_blocked.csv,
-memory_bw_summary.csv, potential_stragglers.json, and run_info.json with each call, its wall
+memory_bw_summary.csv, potential_stragglers.json, aten_op_kernels_rank<r>.csv, and run_info.json with each call, its wall
 time and its error (HTA raises on some sets; the error is the reference then).
 """
 import json
@@ -27,8 +27,11 @@ def _flat(df):
 
 
 def run_set(trace_dir: str, out: str) -> None:
-    import hta
+    import hta  # noqa: F401
     import pandas as pd
+    import plotly.graph_objects as go
+
+    go.Figure.show = lambda self, *a, **k: None  # some analyses show a figure unasked
     from hta.trace_analysis import TraceAnalysis
 
     os.makedirs(out, exist_ok=True)
@@ -73,12 +76,17 @@ def run_set(trace_dir: str, out: str) -> None:
         json.dump({"potential_stragglers": [int(r) for r in got]},
                   open(os.path.join(out, "potential_stragglers.json"), "w"))
 
+    def aten():
+        for r, df in a.get_aten_op_kernels_and_delay(ranks=ranks).items():
+            df.to_csv(os.path.join(out, f"aten_op_kernels_rank{r}.csv"), index=False)
+
     if a is not None:
         step("get_queue_length_summary", f"get_queue_length_summary(ranks={ranks}); "
              "get_time_spent_blocked_on_full_queue(get_queue_length_time_series(ranks))  # max_queue_length=1024",
              queue)
         step("get_memory_bw_summary", f"get_memory_bw_summary(ranks={ranks})", membw)
         step("get_potential_stragglers", "get_potential_stragglers()  # num_candidates=2, all steps", stragglers)
+        step("get_aten_op_kernels_and_delay", f"get_aten_op_kernels_and_delay(ranks={ranks})", aten)
     info = {"trace_dir": trace_dir, "ranks": ranks, "hta_version": "0.5.0", "pandas": pd.__version__,
             "python": platform.python_version(), "cpu_count": os.cpu_count(), "steps": steps}
     json.dump(info, open(os.path.join(out, "run_info.json"), "w"), indent=1)
