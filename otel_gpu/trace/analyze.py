@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import aten_ops, breakdown, counters, idle, launch, stragglers
+from . import annotations, aten_ops, breakdown, counters, idle, launch, stragglers
 from .findings import Thresholds, check_ranks, thresholds_dict
 from .aten_ops import aten_op_launches
 from .grouping import group_findings
@@ -80,6 +80,7 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "queue_full_blocked": blocked,
         "memory_bw_summary": membw,
         "potential_stragglers": potential,
+        "gpu_user_annotation_breakdown": annotations.user_annotation_breakdown(views),
         "aten_op_kernels": aten,
         "aten_op_kernels_all_ranks": aten_all,
         "cross_rank": cross,

@@ -24,33 +24,41 @@ from .breakdown import sort_desc
 from .model import RankView
 
 LAUNCH_RE = re.compile(r"(cuda.*LaunchKernel)|(cuLaunchKernel)|(^runFunction)")
-_SCAN = 64  # ops looked at backwards before a vectorized search
 
 
-def _deepest(op_ts: np.ndarray, op_end: np.ndarray, op_pos: np.ndarray, j: int, end: float) -> int:
-    """Index (into the ts-sorted ops) of the latest-starting op among ``op_ts[:j + 1]`` (those
-    starting before the call) that ends at or after ``end``, the first in row order among equal
-    starts; -1 when none."""
-    found = -1
-    lo = max(-1, j - _SCAN)
-    while j > lo:
-        if op_end[j] >= end:
-            found = j
-            break
-        j -= 1
-    if found < 0 and j >= 0:  # long scan: all remaining candidates at once
-        ok = np.flatnonzero(op_end[: j + 1] >= end)
-        if len(ok) == 0:
-            return -1
-        found = int(ok[-1])
-    t = op_ts[found]
-    best = found
-    k = found - 1
-    while k >= 0 and op_ts[k] == t:  # equal starts: the first in row order wins (pandas' sort order)
-        if op_end[k] >= end and op_pos[k] < op_pos[best]:
-            best = k
-        k -= 1
-    return best
+def deepest_wrapping(op_ts: np.ndarray, op_end: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each call [start, end], the index (into ops sorted by start, ties in row order) of the
+    latest-starting op with ts <= start and end >= the call's end, the first in row order among
+    equal starts; -1 when none. Binary lifting over a sparse table of maxima of ``op_end``."""
+    n = len(op_ts)
+    pos = np.searchsorted(op_ts, starts, "right") - 1  # last op starting at or before the call
+    if n == 0:
+        return np.full(len(starts), -1, dtype=np.int64)
+    prefix_max = np.maximum.accumulate(op_end)
+    found = (pos >= 0) & (prefix_max[np.maximum(pos, 0)] >= ends)
+    table = [op_end]  # table[k][i] = max(op_end[i : i + 2**k])
+    while (1 << len(table)) <= n:
+        prev, half = table[-1], 1 << (len(table) - 1)
+        table.append(np.maximum(prev[:-half], prev[half:]))
+    p = np.where(found, pos, 0)
+    for k in range(len(table) - 1, -1, -1):  # skip whole blocks whose ops all end too early
+        block_start = p - (1 << k) + 1
+        ok = found & (block_start >= 0)
+        idx = np.where(ok, block_start, 0)
+        skip = ok & (table[k][np.minimum(idx, len(table[k]) - 1)] < ends) & (idx < len(table[k]))
+        p = np.where(skip, p - (1 << k), p)
+    out = np.where(found, p, -1)
+    # equal starts: the first (in row order) wrapping op among them, as pandas' sort picks
+    tied = np.flatnonzero(found & (p > 0))
+    tied = tied[op_ts[p[tied] - 1] == op_ts[p[tied]]]
+    for q in tied.tolist():
+        j = out[q]
+        i = j - 1
+        while i >= 0 and op_ts[i] == op_ts[j]:
+            if op_end[i] >= ends[q]:
+                out[q] = i
+            i -= 1
+    return out
 
 
 def aten_op_launches(v: RankView) -> list[dict]:
@@ -67,24 +75,21 @@ def aten_op_launches(v: RankView) -> list[dict]:
     order = np.argsort(op_start, kind="stable")
     op_ts, op_end = op_start[order], (op_start + ev.dur[ops])[order]
     op_rows = ops[order]
-    op_pos = order  # row-order position of each sorted op
     gpu = rows[ev.stream[rows] != -1]
     ic = v.index_correlation[gpu]
     ic_order = np.argsort(ic, kind="stable")
     ic_sorted = ic[ic_order]
     starts = ev.ts[launches].astype(np.float64)
-    last_before = (np.searchsorted(op_ts, starts, "right") - 1).tolist()
-    ends = (starts + ev.dur[launches]).tolist()
+    deepest = deepest_wrapping(op_ts, op_end, starts, starts + ev.dur[launches]).tolist()
     lo = np.searchsorted(ic_sorted, ev.index[launches], "left")
     n_kernels = (np.searchsorted(ic_sorted, ev.index[launches], "right") - lo).tolist()
     lo = lo.tolist()
+    starts = starts.tolist()
     out = []
     for n, r in enumerate(launches.tolist()):
-        if n_kernels[n] != 1:
-            continue  # no kernel kept for this launch (or several): HTA raises
-        i = _deepest(op_ts, op_end, op_pos, last_before[n], ends[n])
-        if i < 0:
-            continue
+        i = deepest[n]
+        if n_kernels[n] != 1 or i < 0:
+            continue  # outside every aten op, or no kernel kept for this launch (HTA raises there)
         start = starts[n]
         k = gpu[ic_order[lo[n]]]
         op = op_rows[i]

@@ -258,15 +258,16 @@ class _Checker:
 
     def alloc(self) -> None:
         rows = self.rows_named(ALLOC_CALLS)
-        steps = step_of((self.v.ev.ts[rows] - self.v.ts0).astype(np.float64), self.windows)
-        first = min((w[0] for w in self.windows), default=None)
-        later = rows[steps != first] if first is not None else rows
-        per_step = len(later) / max(1, self.nsteps - (1 if first is not None else 0))
+        if self.nsteps > 1:  # the first step allocates legitimately: count the later ones
+            steps = step_of((self.v.ev.ts[rows] - self.v.ts0).astype(np.float64), self.windows)
+            later = rows[steps != min(w[0] for w in self.windows)]
+            per_step = len(later) / (self.nsteps - 1)
+            label = "malloc/free calls per step (after the first)"
+        else:
+            later, per_step, label = rows, float(len(rows)), self.per_step("malloc/free calls")
         hit = len(later) >= self.th.alloc_min_count and per_step > self.th.alloc_per_step
         where = {"calls": _names_of(self.v, rows), "ops": _ops_of(self.v, rows, self.ops),
                  "steps": _steps_of(self.v, rows, self.windows), "count": int(len(rows))}
-        label = ("malloc/free calls per step (after the first)" if len(self.windows) > 1
-                 else self.per_step("malloc/free calls"))
         s0, s1 = self.intervals(later)
         self.report("alloc_thrash", label, per_step, self.th.alloc_per_step, hit, where, float((s1 - s0).sum()),
                     idle_caused_us=_gap_starts_inside(self.gap_s, self.gap_e, s0, s1))

@@ -16,13 +16,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-# optional fast decoder (pip install 'otel-gpu[trace]'); OTELGPU_TRACE_JSON=json forces the stdlib one
+# optional fast decoders (pip install 'otel-gpu[trace]'): msgspec decodes only the fields kept,
+# straight into small structs; orjson decodes whole events. OTELGPU_TRACE_JSON=json forces the
+# standard library, =orjson skips msgspec. Results are identical whichever decodes.
+_choice = os.environ.get("OTELGPU_TRACE_JSON", "").lower()
 _fast_json = None
-if os.environ.get("OTELGPU_TRACE_JSON", "").lower() != "json":
+_msgspec = None
+if _choice != "json":
     try:
         import orjson as _fast_json
     except ImportError:  # pragma: no cover - depends on the environment
         _fast_json = None
+    if _choice != "orjson":
+        try:
+            import msgspec as _msgspec
+        except ImportError:  # pragma: no cover - depends on the environment
+            _msgspec = None
 
 CHUNK_CHARS = 1 << 22  # 4 Mi characters of text per read
 _WS = " \t\r\n"
@@ -177,9 +186,9 @@ class _Text:
                 if self.eof and (exc.msg.startswith("Unterminated") or not self.buf[exc.pos:].strip()):
                     raise self.error("truncated JSON (file ends inside a value)") from None
                 raise self.error(f"invalid JSON: {exc.msg} (character {exc.pos - self.pos} of an event)") from None
-            except ValueError:  # an integer literal of thousands of digits: Python refuses to convert it
+            except ValueError as exc:  # an integer literal of thousands of digits: Python refuses to convert it
                 if decoder is _SAFE_DECODER:
-                    raise
+                    raise self.error(f"invalid JSON: {exc}") from None
                 decoder = _SAFE_DECODER
                 continue
             if end == len(self.buf) and not self.eof and self.more():
@@ -223,7 +232,7 @@ class _Collector:
         self.count = [0]
         self.dropped: dict[str, int] = {}
         self.clamped: dict[str, int] = {}
-        self.add = self._make_add()
+        self.add, self.add_struct = self._make_add()
 
     @property
     def ts_float(self) -> bool:
@@ -241,21 +250,9 @@ class _Collector:
         def drop(reason: str) -> None:
             dropped[reason] = dropped.get(reason, 0) + 1
 
-        def add(e) -> None:
-            i = count[0]
-            count[0] = i + 1
-            if type(e) is not dict:
-                drop(NOT_OBJECT)
-                return
-            get = e.get
-            ts = get("ts")
+        def put(i, ts, dur, cat, name, stream, corr, ext, bw) -> None:
+            """Keep one duration event (``ts``/``dur``/``cat`` present, ``cat != Trace``) or count why not."""
             t_ts = type(ts)
-            if t_ts is not int:
-                flags["ts_float"] = True
-            dur = get("dur")
-            cat = get("cat")
-            if dur is None or cat is None or cat == "Trace":
-                return  # not a duration event: instant, counter, flow or metadata
             if t_ts is not int and t_ts is not float:
                 return drop(DROP_TS_TYPE)
             if not -lim <= ts <= lim:  # NaN fails too
@@ -265,7 +262,6 @@ class _Collector:
                 return drop(DROP_DUR_TYPE)
             if not 0 <= dur <= lim:
                 return drop(DROP_DUR_NEGATIVE if dur < 0 else DROP_DUR_RANGE)
-            name = get("name")
             if type(name) is not str:
                 name = str(name)
             if type(cat) is not str:
@@ -276,28 +272,16 @@ class _Collector:
             cid = sym.get(cat)
             if cid is None:
                 cid = sym[cat] = len(sym)
-            args = get("args")
-            if type(args) is dict:
-                aget = args.get
-                stream = aget("stream", -1)
-                if type(stream) is not int:
-                    stream = _int_or(stream)
-                corr = aget("correlation", -1)
-                if type(corr) is not int:
-                    corr = _int_or(corr)
-                ext = aget("External id")
-                if ext is None:
-                    ext = aget("external id", -1)
-                if type(ext) is not int:
-                    ext = _int_or(ext)
-                bw = aget(BW_ARG, 0.0) if stream != -1 else 0.0
-                if type(bw) is not float:
-                    bw = _bandwidth(bw, clamped)
-                elif not 0.0 <= bw <= lim:
-                    bw = _bandwidth(bw, clamped)
-            else:
-                stream = corr = ext = -1
+            if type(stream) is not int:
+                stream = _int_or(stream)
+            if type(corr) is not int:
+                corr = _int_or(corr)
+            if type(ext) is not int:
+                ext = _int_or(ext)
+            if stream == -1:
                 bw = 0.0
+            elif type(bw) is not float or not 0.0 <= bw <= lim:
+                bw = _bandwidth(bw, clamped)
             n = len(streams)
             try:
                 a_stream(stream)
@@ -315,7 +299,53 @@ class _Collector:
             a_name(nid)
             a_cat(cid)
             a_bw(bw)
-        return add
+
+        def add(e) -> None:
+            """One decoded element of ``traceEvents`` (a dict for events)."""
+            i = count[0]
+            count[0] = i + 1
+            if type(e) is not dict:
+                drop(NOT_OBJECT)
+                return
+            get = e.get
+            ts = get("ts")
+            if type(ts) is not int:
+                flags["ts_float"] = True
+            dur = get("dur")
+            cat = get("cat")
+            if dur is None or cat is None or cat == "Trace":
+                return  # not a duration event: instant, counter, flow or metadata
+            args = get("args")
+            if type(args) is dict:
+                aget = args.get
+                ext = aget("External id")
+                if ext is None:
+                    ext = aget("external id", -1)
+                put(i, ts, dur, cat, get("name"), aget("stream", -1), aget("correlation", -1), ext,
+                    aget(BW_ARG, 0.0))
+            else:
+                put(i, ts, dur, cat, get("name"), -1, -1, -1, 0.0)
+
+        def add_struct(e) -> None:
+            """One event decoded by msgspec into :class:`_Event` (same rules as ``add``)."""
+            i = count[0]
+            count[0] = i + 1
+            ts = e.ts
+            if type(ts) is not int:
+                flags["ts_float"] = True
+            dur = e.dur
+            cat = e.cat
+            if dur is None or cat is None or cat == "Trace":
+                return
+            args = e.args
+            if args is None:
+                put(i, ts, dur, cat, e.name, -1, -1, -1, 0.0)
+            else:
+                ext = args.external_id
+                if ext is None:
+                    ext = args.external_id_legacy
+                put(i, ts, dur, cat, e.name, args.stream, args.correlation, ext, args.bw)
+        return add, add_struct
 
 
 def _bandwidth(v, clamped: dict) -> float:
@@ -403,7 +433,7 @@ def _read_array(text: _Text, col: _Collector) -> None:
     single = 0  # events left to decode one by one after a failed batch
     while True:
         if single <= 0:
-            if _batch(text, add):
+            if _batch(text, col):
                 continue
             single = 256
         single -= 1
@@ -417,11 +447,61 @@ def _read_array(text: _Text, col: _Collector) -> None:
 
 
 _loads = _fast_json.loads if _fast_json is not None else json.loads
-JSON_BACKEND = "orjson" if _fast_json is not None else "json"
+JSON_BACKEND = "msgspec" if _msgspec is not None else "orjson" if _fast_json is not None else "json"
+_decode_structs = None
+if _msgspec is not None:
+    from typing import Any
+
+    class _Args(_msgspec.Struct):
+        """The ``args`` fields kept; any JSON type is accepted here and checked in ``put``."""
+
+        stream: Any = -1
+        correlation: Any = -1
+        external_id: Any = _msgspec.field(name="External id", default=None)
+        external_id_legacy: Any = _msgspec.field(name="external id", default=None)
+        bw: Any = _msgspec.field(name=BW_ARG, default=0.0)
+
+    class _Event(_msgspec.Struct):
+        """The event fields kept; other keys are skipped by the decoder without being built."""
+
+        ts: Any = None
+        dur: Any = None
+        cat: Any = None
+        name: Any = None
+        args: _Args | None = None
+
+    _decode_structs = _msgspec.json.Decoder(list[_Event]).decode
 
 
-def _batch(text: _Text, add) -> bool:
-    """Decode many events with one ``json.loads``: from the cursor (an event start) up to the last
+def _decode_piece(piece: str, col: _Collector) -> bool:
+    """Decode a JSON array of events and feed the collector; False when it is not valid JSON."""
+    if _decode_structs is not None:
+        try:
+            events = _decode_structs(piece)
+        except _msgspec.DecodeError:  # invalid JSON, or an element msgspec cannot type (args not an object...)
+            pass
+        else:
+            add = col.add_struct
+            for e in events:
+                add(e)
+            return True
+    try:
+        events = _loads(piece)
+    except ValueError:  # JSONDecodeError of either decoder; NaN literals: stdlib only
+        try:
+            events = json.loads(piece) if _fast_json is not None else None
+        except ValueError:
+            events = None
+        if events is None:
+            return False
+    add = col.add
+    for e in events:
+        add(e)
+    return True
+
+
+def _batch(text: _Text, col: _Collector) -> bool:
+    """Decode many events with one decoder call: from the cursor (an event start) up to the last
     ``},`` in the buffer. A cut inside a string or a nested value cannot parse, so a successful
     parse always ends on an event boundary. False when no batch could be taken."""
     if len(text.buf) - text.pos < (1 << 16) and not text.eof:
@@ -432,20 +512,9 @@ def _batch(text: _Text, add) -> bool:
         cut = buf.rfind("},", pos, cut)
         if cut <= pos:
             return False
-        piece = "[" + buf[pos:cut + 1] + "]"
-        try:
-            events = _loads(piece)
-        except ValueError:  # JSONDecodeError of either decoder; NaN literals: stdlib only
-            try:
-                events = json.loads(piece) if _fast_json is not None else None
-            except ValueError:
-                events = None
-            if events is None:
-                continue
-        for e in events:
-            add(e)
-        text.pos = cut + 2
-        return True
+        if _decode_piece("[" + buf[pos:cut + 1] + "]", col):
+            text.pos = cut + 2
+            return True
     return False
 
 

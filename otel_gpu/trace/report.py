@@ -25,6 +25,7 @@ CSV_TABLES = {
     "queue_full_blocked.csv": "queue_full_blocked",
     "memory_bw_summary.csv": "memory_bw_summary",
     "aten_op_kernels.csv": "aten_op_kernels",
+    "gpu_user_annotation_breakdown.csv": "gpu_user_annotation_breakdown",
     "findings.csv": "findings",
     "checks.csv": "checks",
 }
@@ -179,6 +180,11 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
                               "imbalance %", "longest step us"],
                              [[s["step"], s["ranks"], s["straggler_rank"], s["straggler_busy_us"], s["median_busy_us"],
                                s["excess_us"], s["imbalance_pct"], s["slowest_step_us"]] for s in cross["steps"]]))
+    if doc.get("gpu_user_annotation_breakdown"):
+        rows = sorted(doc["gpu_user_annotation_breakdown"], key=lambda r: -r["sum"])[:top]
+        console.print(_table(f"GPU time per user annotation (top {len(rows)})",
+                             ["name", "rank", "total us", "mean us", "max us"],
+                             [[_short(r["name"]), r["rank"], r["sum"], r["mean"], r["max"]] for r in rows]))
     if doc.get("aten_op_kernels_all_ranks"):
         rows = doc["aten_op_kernels_all_ranks"][:top]
         console.print(_table(f"ATen ops and the kernels they launch (all ranks, {len(rows)} most frequent)",

@@ -179,3 +179,20 @@ def test_aten_op_kernels(name):
             assert hta_failed(name, "get_aten_op_kernels_and_delay") or not pooled
             continue
         _aten_check(want, aten_op_kernels(pooled))
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SHARED)
+def test_gpu_user_annotation_breakdown(name):
+    from otel_gpu.trace.annotations import user_annotation_breakdown
+
+    want = ref(name, "gpu_user_annotation_breakdown.csv")
+    got = user_annotation_breakdown(list(trace_set(name).ranks.values()))
+    if want is None:
+        assert got == []
+        return
+    assert [(int(w["rank"]), w["name"]) for w in want] == [(g["rank"], g["name"]) for g in got]
+    for w, g in zip(want, got):
+        for col, key in (("sum (us)", "sum"), ("max (us)", "max"), ("min (us)", "min"), ("mean (us)", "mean"),
+                         ("stddev", "std")):
+            assert close(w[col], g[key]), (col, w, g)

@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from otel_gpu.cli import main
 from otel_gpu.trace.analyze import analyze
 from otel_gpu.trace.model import load_set
+from otel_gpu.trace import parse
 from otel_gpu.trace.parse import CHUNK_CHARS, TIME_LIMIT_US, TraceFormatError, read_trace
 
 EDGE = Path("tests/data/traces/edge")
+REAL_GZ = "tests/data/traces/cpu_gloo_sync_straggler/rank1.pt.trace.json.gz"
 
 
 def one_rank(tmp_path, name):
@@ -151,3 +153,39 @@ def test_chunk_size_never_changes_the_result(tmp_path, rows, chunk):
     a, b = read_trace(str(p)), read_trace(str(p), chunk_chars=chunk)
     assert a.ts.tolist() == b.ts.tolist() and a.dur.tolist() == b.dur.tolist()
     assert [a.names[i] for i in a.name] == [b.names[i] for i in b.name] == [r[2] for r in rows]
+
+
+_needs_msgspec = pytest.mark.skipif(parse._decode_structs is None, reason="msgspec not installed (extra 'trace')")
+
+
+def _fields(ev):
+    return ([getattr(ev, f).tolist() for f in ("index", "ts", "dur", "stream", "correlation", "external_id",
+                                              "memory_bw")], [ev.names[i] for i in ev.name],
+            [ev.names[i] for i in ev.cat], ev.dropped, ev.clamped, ev.ts_rounded)
+
+
+@_needs_msgspec
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_element, max_size=30))
+def test_msgspec_and_dict_decoding_agree(tmp_path, monkeypatch, elements):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"traceEvents": elements}))
+
+    def read():
+        try:
+            return _fields(read_trace(str(p)))
+        except TraceFormatError as exc:
+            return str(exc)
+    fast = read()
+    with monkeypatch.context() as m:
+        m.setattr(parse, "_decode_structs", None)
+        assert read() == fast
+
+
+@_needs_msgspec
+@pytest.mark.parametrize("path", [REAL_GZ, "tests/data/traces/edge/stream_2pow70.json",
+                                  "tests/data/traces/edge/negative_and_infinite_dur.json"])
+def test_msgspec_and_dict_decoding_agree_on_files(monkeypatch, path):
+    fast = _fields(read_trace(path))
+    monkeypatch.setattr(parse, "_decode_structs", None)
+    assert _fields(read_trace(path)) == fast

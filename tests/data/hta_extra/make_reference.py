@@ -7,7 +7,8 @@ Run with HTA installed in its own virtual environment (it is never a dependency 
 
 For every trace set (a folder of per-rank files) under the first argument it writes, under the
 same relative path in the second: queue_length_summary.csv, queue_full_blocked.csv,
-memory_bw_summary.csv, potential_stragglers.json, aten_op_kernels_rank<r>.csv, and run_info.json with each call, its wall
+memory_bw_summary.csv, potential_stragglers.json, aten_op_kernels_rank<r>.csv,
+gpu_user_annotation_breakdown.csv, and run_info.json with each call, its wall
 time and its error (HTA raises on some sets; the error is the reference then).
 """
 import json
@@ -80,12 +81,19 @@ def run_set(trace_dir: str, out: str) -> None:
         for r, df in a.get_aten_op_kernels_and_delay(ranks=ranks).items():
             df.to_csv(os.path.join(out, f"aten_op_kernels_rank{r}.csv"), index=False)
 
+    def annotations():
+        df = a.get_gpu_user_annotation_breakdown(visualize=False)
+        if df is not None:
+            df.to_csv(os.path.join(out, "gpu_user_annotation_breakdown.csv"), index=False)
+
     if a is not None:
         step("get_queue_length_summary", f"get_queue_length_summary(ranks={ranks}); "
              "get_time_spent_blocked_on_full_queue(get_queue_length_time_series(ranks))  # max_queue_length=1024",
              queue)
         step("get_memory_bw_summary", f"get_memory_bw_summary(ranks={ranks})", membw)
         step("get_potential_stragglers", "get_potential_stragglers()  # num_candidates=2, all steps", stragglers)
+        step("get_gpu_user_annotation_breakdown", "get_gpu_user_annotation_breakdown(visualize=False)  "
+             "# use_gpu_annotation=True, duration_ratio=0.8, num_kernels=1000", annotations)
         step("get_aten_op_kernels_and_delay", f"get_aten_op_kernels_and_delay(ranks={ranks})", aten)
     info = {"trace_dir": trace_dir, "ranks": ranks, "hta_version": "0.5.0", "pandas": pd.__version__,
             "python": platform.python_version(), "cpu_count": os.cpu_count(), "steps": steps}
