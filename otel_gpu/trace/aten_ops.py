@@ -16,6 +16,7 @@ Launches whose kernel is missing from the kept events are skipped (HTA raises th
 """
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -110,8 +111,8 @@ def aten_op_kernels(launches: list[dict]) -> list[dict]:
         groups.setdefault((key[0], " -> ".join(r["kernel_name"] for r in seq)), []).append(
             (seq[0]["aten_op_delay"], seq[0]["runtime_delay"]))
     table = [{"aten_op_name": op, "kernel_sequence": seq, "occurrence_count": len(d),
-              "avg_aten_op_launch_delay": round(float(np.mean([x for x, _ in d])), 3),
-              "avg_runtime_delay": round(float(np.mean([y for _, y in d])), 3)}
+              "avg_aten_op_launch_delay": round(math.fsum(x for x, _ in d) / len(d), 3),
+              "avg_runtime_delay": round(math.fsum(y for _, y in d) / len(d), 3)}
              for (op, seq), d in sorted(groups.items())]
     order = sort_desc(np.array([r["occurrence_count"] for r in table], dtype=np.int64))
     return [table[i] for i in order]

@@ -35,6 +35,7 @@ if _choice != "json":
 
 CHUNK_CHARS = 1 << 22  # 4 Mi characters of text per read
 _WS = " \t\r\n"
+_NUMBER_TAIL = frozenset("0123456789.eE+-")
 _RANK_RE = re.compile(r'"rank":[^\S\n]+(\d+)')  # HTA's rank detection: first match, one line
 MAX_RANK = 1 << 24
 TIME_LIMIT_US = float(1 << 53)  # |ts| and dur beyond this (about 285 years) cannot be a profiler time
@@ -191,8 +192,9 @@ class _Text:
                     raise self.error(f"invalid JSON: {exc}") from None
                 decoder = _SAFE_DECODER
                 continue
-            if end == len(self.buf) and not self.eof and self.more():
-                continue  # a number at the very end of the buffer may continue in the next chunk
+            if not self.eof and (end == len(self.buf) or (type(val) in (int, float) and _NUMBER_TAIL.issuperset(
+                    self.buf[end:]))) and self.more():
+                continue  # a number at the end of the buffer ("0" or "0." of "0.25") may continue in the next chunk
             self.pos = end
             return val
 
@@ -237,6 +239,57 @@ class _Collector:
     @property
     def ts_float(self) -> bool:
         return self.flags["ts_float"]
+
+    def add_typed(self, events: list) -> bool:
+        """Take a batch of well-typed events (msgspec ``_TypedEvent``) in a few vectorized steps.
+
+        Returns False, having changed nothing, when any kept event needs a per-event decision
+        (ts missing, a number out of range, a negative dur, an id beyond int64, a bad bandwidth):
+        the caller then feeds the batch event by event, where those are counted."""
+        lim = TIME_LIMIT_US
+        kept_pos = [i for i, e in enumerate(events) if e.dur is not None and e.cat is not None and e.cat != "Trace"]
+        kept = [events[i] for i in kept_pos]
+        ts = [e.ts for e in kept]
+        if None in ts:
+            return False
+        try:
+            ts_a = np.array(ts, dtype=np.float64)
+            dur_a = np.array([e.dur for e in kept], dtype=np.float64)
+            args = [e.args for e in kept]
+            stream = np.array([-1 if a is None else a.stream for a in args], dtype=np.int64)
+            corr = np.array([-1 if a is None else a.correlation for a in args], dtype=np.int64)
+            ext = np.array([-1 if a is None else a.external_id if a.external_id is not None else
+                            a.external_id_legacy if a.external_id_legacy is not None else -1 for a in args],
+                           dtype=np.int64)
+            bw = np.array([0.0 if a is None else a.bw for a in args], dtype=np.float64)
+        except (OverflowError, TypeError, ValueError):
+            return False
+        if len(kept) and not ((np.abs(ts_a) < lim).all() and (dur_a >= 0).all() and (dur_a < lim).all()):
+            return False
+        bw = np.where(stream == -1, 0.0, bw)
+        if not ((bw >= 0) & (bw <= lim)).all():
+            return False
+        names = ["None" if e.name is None else e.name for e in kept]
+        cats = [e.cat for e in kept]
+        sym = self.sym
+        for pair in zip(names, cats):  # ids in first-seen order, name before cat, as put() assigns them
+            for x in pair:
+                if x not in sym:
+                    sym[x] = len(sym)
+        if not self.flags["ts_float"] and any(type(e.ts) is not int for e in events):
+            self.flags["ts_float"] = True
+        base = self.count[0]
+        self.count[0] = base + len(events)
+        self.index.frombytes((np.array(kept_pos, dtype=np.int64) + base).tobytes())
+        self.ts.frombytes(ts_a.tobytes())
+        self.dur.frombytes(dur_a.tobytes())
+        self.name.frombytes(np.array([sym[x] for x in names], dtype=np.int32).tobytes())
+        self.cat.frombytes(np.array([sym[x] for x in cats], dtype=np.int32).tobytes())
+        self.stream.frombytes(stream.tobytes())
+        self.corr.frombytes(corr.tobytes())
+        self.ext.frombytes(ext.tobytes())
+        self.bw.frombytes(bw.tobytes())
+        return True
 
     def _make_add(self):
         a_index, a_ts, a_dur = self.index.append, self.ts.append, self.dur.append
@@ -470,12 +523,39 @@ if _msgspec is not None:
         name: Any = None
         args: _Args | None = None
 
+    class _TypedArgs(_msgspec.Struct):
+        """``args`` as well-formed traces have them (the decoder refuses anything else)."""
+
+        stream: int = -1
+        correlation: int = -1
+        external_id: int | None = _msgspec.field(name="External id", default=None)
+        external_id_legacy: int | None = _msgspec.field(name="external id", default=None)
+        bw: float = _msgspec.field(name=BW_ARG, default=0.0)
+
+    class _TypedEvent(_msgspec.Struct):
+        """An event as well-formed traces have it (numbers where numbers belong)."""
+
+        ts: int | float | None = None
+        dur: int | float | None = None
+        cat: str | None = None
+        name: str | None = None
+        args: _TypedArgs | None = None
+
     _decode_structs = _msgspec.json.Decoder(list[_Event]).decode
+    _decode_typed = _msgspec.json.Decoder(list[_TypedEvent]).decode
 
 
 def _decode_piece(piece: str, col: _Collector) -> bool:
-    """Decode a JSON array of events and feed the collector; False when it is not valid JSON."""
+    """Decode a JSON array of events and feed the collector; False when it is not valid JSON.
+
+    Fastest first: well-typed events in one vectorized intake, then any-typed structs event by
+    event, then whole dicts (orjson or the standard library). Each path applies the same rules."""
     if _decode_structs is not None:
+        try:
+            if col.add_typed(_decode_typed(piece)):
+                return True
+        except _msgspec.DecodeError:  # a field of an unexpected type (or invalid JSON)
+            pass
         try:
             events = _decode_structs(piece)
         except _msgspec.DecodeError:  # invalid JSON, or an element msgspec cannot type (args not an object...)

@@ -189,3 +189,14 @@ def test_msgspec_and_dict_decoding_agree_on_files(monkeypatch, path):
     fast = _fields(read_trace(path))
     monkeypatch.setattr(parse, "_decode_structs", None)
     assert _fields(read_trace(path)) == fast
+
+
+def test_number_cut_by_a_read_is_read_whole(tmp_path):
+    """"0.25" cut after "0." by a read used to decode as 0 and then fail on the '.'."""
+    p = tmp_path / "r.json"
+    p.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}, "", 0.25, '
+                 '{"ph": "X", "cat": "cpu_op", "name": "b", "ts": 3.5, "dur": 1.25e1}]}')
+    for chunk in range(3, 60):
+        ev = read_trace(str(p), chunk_chars=chunk)
+        assert len(ev) == 2 and ev.dropped == {"traceEvents element that is not an object": 2}, chunk
+        assert ev.dur.tolist() == [2.0, 12.0]  # 3.5 + 12.5 = 16 -> ceil(3.5) = 4, floor(16) - 4 = 12
