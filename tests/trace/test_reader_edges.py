@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from otel_gpu.cli import main
 from otel_gpu.trace.analyze import analyze
 from otel_gpu.trace.model import load_set
-from otel_gpu.trace import parse
+from otel_gpu.trace import intake
 from otel_gpu.trace.parse import CHUNK_CHARS, TIME_LIMIT_US, TraceFormatError, read_trace
 
 EDGE = Path("tests/data/traces/edge")
@@ -155,7 +155,7 @@ def test_chunk_size_never_changes_the_result(tmp_path, rows, chunk):
     assert [a.names[i] for i in a.name] == [b.names[i] for i in b.name] == [r[2] for r in rows]
 
 
-_needs_msgspec = pytest.mark.skipif(parse._decode_structs is None, reason="msgspec not installed (extra 'trace')")
+_needs_msgspec = pytest.mark.skipif(intake._decode_structs is None, reason="msgspec not installed (extra 'trace')")
 
 
 def _fields(ev):
@@ -178,7 +178,7 @@ def test_msgspec_and_dict_decoding_agree(tmp_path, monkeypatch, elements):
             return str(exc)
     fast = read()
     with monkeypatch.context() as m:
-        m.setattr(parse, "_decode_structs", None)
+        m.setattr(intake, "_decode_structs", None)
         assert read() == fast
 
 
@@ -187,7 +187,7 @@ def test_msgspec_and_dict_decoding_agree(tmp_path, monkeypatch, elements):
                                   "tests/data/traces/edge/negative_and_infinite_dur.json"])
 def test_msgspec_and_dict_decoding_agree_on_files(monkeypatch, path):
     fast = _fields(read_trace(path))
-    monkeypatch.setattr(parse, "_decode_structs", None)
+    monkeypatch.setattr(intake, "_decode_structs", None)
     assert _fields(read_trace(path)) == fast
 
 
