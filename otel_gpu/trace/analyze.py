@@ -7,7 +7,6 @@ import numpy as np
 
 from . import annotations, aten_ops, breakdown, counters, idle, launch, stragglers
 from .findings import Thresholds, check_ranks, thresholds_dict
-from .aten_ops import aten_op_launches
 from .grouping import group_findings
 from .model import TraceSet
 from .steps import cross_rank_summary
@@ -55,13 +54,21 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
     queue = [r for v in views for r in counters.queue_length_summary(v)]
     blocked = [r for v in views for r in counters.blocked_on_full_queue(v, opts.max_queue_length)]
     membw = [r for v in views for r in counters.memory_bw_summary(v)]
-    launches = {v.rank: aten_op_launches(v) for v in views}
-    aten = [{"rank": r, **row} for r, ls in launches.items() for row in aten_ops.aten_op_kernels(ls)]
-    aten_all = aten_ops.aten_op_kernels([row for ls in launches.values() for row in ls])
+    aten: list[dict] = []
+    pooled: dict = {}  # the all-ranks table, accumulated rank by rank (per-launch rows are not kept)
+    for v in views:
+        instances = aten_ops.aten_op_instances(aten_ops.aten_op_launches(v))
+        aten += [{"rank": v.rank, **row} for row in aten_ops.summarize_instances(instances)]
+        aten_ops.group_instances(instances, pooled)
+    aten_all = aten_ops.summarize_groups(pooled)
     potential = stragglers.potential_stragglers(views, opts.straggler_candidates) if len(views) > 1 else \
         {"ranks": [], "counts": {}, "error": "one rank"}
     cross = cross_rank_summary(views, [t for t in temporal.values() if t])
     checks = check_ranks(views, temporal, idle_rows, opts.thresholds)
+    # what the CSV needs of the launch pairs (the rows were for the findings), in narrow dtypes
+    pairs = {r: {"correlation": p["correlation"], **{c: p[c].astype(np.float32) if np.array_equal(
+        p[c], p[c].astype(np.float32)) else p[c] for c in ("cpu_duration", "gpu_duration", "launch_delay")}}
+        for r, p in pairs.items()}
     findings = group_findings(checks, opts.thresholds)
     return {
         "trace_dir": ts.path,

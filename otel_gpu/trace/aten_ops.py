@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 
 import numpy as np
 
@@ -100,19 +101,48 @@ def aten_op_launches(v: RankView) -> list[dict]:
     return out
 
 
-def aten_op_kernels(launches: list[dict]) -> list[dict]:
-    """Per (aten op, kernel sequence): occurrence count and mean delays (us), most frequent first."""
+def aten_op_instances(launches: list[dict]) -> list[tuple[str, str, float, float]]:
+    """Per op instance (name, start): (op name, kernel sequence "k1 -> k2", op-start-to-first-launch
+    delay, first launch-to-kernel delay), in (name, start) order."""
     instances: dict[tuple, list[dict]] = {}
     for row in launches:
         instances.setdefault((row["aten_op_name"], row["aten_op_start"]), []).append(row)
-    groups: dict[tuple, list[tuple[float, float]]] = {}
+    out = []
     for key in sorted(instances):
         seq = instances[key]
-        groups.setdefault((key[0], " -> ".join(r["kernel_name"] for r in seq)), []).append(
-            (seq[0]["aten_op_delay"], seq[0]["runtime_delay"]))
-    table = [{"aten_op_name": op, "kernel_sequence": seq, "occurrence_count": len(d),
-              "avg_aten_op_launch_delay": round(math.fsum(x for x, _ in d) / len(d), 3),
-              "avg_runtime_delay": round(math.fsum(y for _, y in d) / len(d), 3)}
+        sequence = sys.intern(" -> ".join(r["kernel_name"] for r in seq))  # ranks repeat the same sequences
+        out.append((key[0], sequence, seq[0]["aten_op_delay"], seq[0]["runtime_delay"]))
+    return out
+
+
+def group_instances(instances: list[tuple[str, str, float, float]],
+                    groups: dict | None = None) -> dict[tuple[str, str], tuple[list, list]]:
+    """Add op instances to ``groups``: (op, sequence) -> (first op delays, first runtime delays)."""
+    groups = {} if groups is None else groups
+    for op, seq, op_delay, runtime_delay in instances:
+        g = groups.get((op, seq))
+        if g is None:
+            g = groups[(op, seq)] = ([], [])
+        g[0].append(op_delay)
+        g[1].append(runtime_delay)
+    return groups
+
+
+def summarize_groups(groups: dict[tuple[str, str], tuple[list, list]]) -> list[dict]:
+    """Per (aten op, kernel sequence): occurrence count and mean delays (us), most frequent first."""
+    table = [{"aten_op_name": op, "kernel_sequence": seq, "occurrence_count": len(d[0]),
+              "avg_aten_op_launch_delay": round(math.fsum(d[0]) / len(d[0]), 3),
+              "avg_runtime_delay": round(math.fsum(d[1]) / len(d[1]), 3)}
              for (op, seq), d in sorted(groups.items())]
     order = sort_desc(np.array([r["occurrence_count"] for r in table], dtype=np.int64))
     return [table[i] for i in order]
+
+
+def summarize_instances(instances: list[tuple[str, str, float, float]]) -> list[dict]:
+    """The table of one list of op instances."""
+    return summarize_groups(group_instances(instances))
+
+
+def aten_op_kernels(launches: list[dict]) -> list[dict]:
+    """The table of :func:`summarize_instances` straight from launches (HTA's grouping)."""
+    return summarize_instances(aten_op_instances(launches))

@@ -108,7 +108,7 @@ def memory_bw_series(v: RankView) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     kinds = np.array([memory_kind(v.names[n]) for n in k["name"][mem].tolist()], dtype=object)
     ts = k["ts"][mem]
     dur = np.where(k["dur"][mem] == 0, 1.0, k["dur"][mem])  # HTA: 0 us copies count as 1 us
-    bw = v.ev.memory_bw[rows] if v.ev.memory_bw is not None else np.zeros(len(rows))
+    bw = v.ev.memory_bw(rows)
     all_ts = np.concatenate([ts.astype(np.float64), ts + dur])
     all_bw = np.concatenate([bw, -bw])
     all_kind = np.concatenate([kinds, kinds])

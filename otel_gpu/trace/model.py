@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import re
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -103,7 +104,7 @@ def _is_gpu(ev: RankEvents) -> np.ndarray:
 def _index_correlation(ev: RankEvents, gpu: np.ndarray) -> np.ndarray:
     """HTA's index_correlation: for a CPU event the index of the last GPU event with its
     correlation, for a GPU event the last CPU one; 0 when unmatched, -1 without correlation."""
-    ic = np.minimum(ev.correlation, 0)
+    ic = np.minimum(ev.correlation, 0).astype(np.int64)
     has = ev.correlation != -1
     for src, dst in ((has & ~gpu, has & gpu), (has & gpu, has & ~gpu)):
         src_pos = np.flatnonzero(src)
@@ -172,6 +173,7 @@ def load_events(paths: list[str], jobs: int | None = None) -> tuple[dict[int, Ra
     out: dict[int, RankEvents] = {}
     notes: list[str] = []
     for ev in _read_all(paths, jobs):
+        ev.names = [sys.intern(n) for n in ev.names]  # ranks share their kernel and op names
         p = ev.path
         if ev.dropped:
             notes.append(f"{p}: {sum(ev.dropped.values())} events not analysed ({describe_counts(ev.dropped)})")
@@ -206,7 +208,10 @@ def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None 
         ev = events[rank]
         gpu = _is_gpu(ev)
         rows = _filter_rows(ev, gpu) if filtered else np.arange(len(ev), dtype=np.int64)
-        views[rank] = RankView(rank, ev, rows, _index_correlation(ev, gpu), last_step_dropped=filtered)
+        small = len(ev) < (1 << 31)  # positions fit int32: half the memory per row
+        ic = _index_correlation(ev, gpu)
+        views[rank] = RankView(rank, ev, rows.astype(np.int32) if small else rows,
+                               ic.astype(np.int32) if small else ic, last_step_dropped=filtered)
         if len(ev):
             m = int(ev.ts.min())
             ts0 = m if ts0 is None else min(ts0, m)

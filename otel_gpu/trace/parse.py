@@ -61,7 +61,8 @@ class RankEvents:
     correlation: np.ndarray
     external_id: np.ndarray
     names: list[str]
-    memory_bw: np.ndarray | None = None  # GB/s from args "memory bandwidth (GB/s)" of GPU events, else 0
+    bw_index: np.ndarray | None = None  # positions (into these arrays) of events with a memory bandwidth
+    bw_value: np.ndarray | None = None  # their args "memory bandwidth (GB/s)"
     meta: dict = field(default_factory=dict)
     ts_rounded: bool = False
     dropped: dict = field(default_factory=dict)  # reason -> events not kept (see DROP_*)
@@ -69,6 +70,16 @@ class RankEvents:
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def memory_bw(self, rows: np.ndarray) -> np.ndarray:
+        """Memory bandwidth (GB/s) of the events at ``rows``; 0 where the event has none."""
+        out = np.zeros(len(rows), dtype=np.float64)
+        if self.bw_index is None or not len(self.bw_index) or not len(rows):
+            return out
+        j = np.minimum(np.searchsorted(self.bw_index, rows), len(self.bw_index) - 1)
+        hit = self.bw_index[j] == rows
+        out[hit] = self.bw_value[j[hit]]
+        return out
 
 
 class _Text:
@@ -292,6 +303,13 @@ def describe_counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{k}: {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """int32 when every value fits (ids and positions usually do), else int64: memory per event."""
+    if a.size == 0 or (int(a.min()) >= -(1 << 31) and int(a.max()) < (1 << 31)):
+        return a.astype(np.int32)
+    return a
+
+
 def _finish(path: str, rank: int, col: Collector, meta: dict) -> RankEvents:
     ts = np.frombuffer(col.ts, dtype=np.float64)
     dur = np.frombuffer(col.dur, dtype=np.float64)
@@ -306,15 +324,17 @@ def _finish(path: str, rank: int, col: Collector, meta: dict) -> RankEvents:
     names = [None] * len(col.sym)
     for s, i in col.sym.items():
         names[i] = s
+    bw = np.frombuffer(col.bw, dtype=np.float64)
+    bw_index = np.flatnonzero(bw)
     return RankEvents(
         path=path, rank=rank,
-        index=np.frombuffer(col.index, dtype=np.int64),
+        index=_narrow(np.frombuffer(col.index, dtype=np.int64)),
         ts=ts_out, dur=np.array(dur, dtype=np.float64),
-        name=np.frombuffer(col.name, dtype=np.int32), cat=np.frombuffer(col.cat, dtype=np.int32),
-        stream=np.frombuffer(col.stream, dtype=np.int64),
-        correlation=np.frombuffer(col.corr, dtype=np.int64),
-        external_id=np.frombuffer(col.ext, dtype=np.int64),
-        memory_bw=np.frombuffer(col.bw, dtype=np.float64),
+        name=np.frombuffer(col.name, dtype=np.int32).copy(), cat=np.frombuffer(col.cat, dtype=np.int32).copy(),
+        stream=_narrow(np.frombuffer(col.stream, dtype=np.int64)),
+        correlation=_narrow(np.frombuffer(col.corr, dtype=np.int64)),
+        external_id=_narrow(np.frombuffer(col.ext, dtype=np.int64)),
+        bw_index=bw_index, bw_value=bw[bw_index].copy(),
         names=names, meta=meta, ts_rounded=col.ts_float,
         dropped=dict(col.dropped), clamped=dict(col.clamped),
     )

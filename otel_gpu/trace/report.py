@@ -45,13 +45,14 @@ def _csv_text(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def csv_files(doc: dict) -> dict[str, str]:
-    """File name -> CSV text for an analysis document."""
-    clean = jsonable(doc)
-    out = {name: _csv_text(clean.get(key) or []) for name, key in CSV_TABLES.items()}
-    out["steps.csv"] = _csv_text(clean["cross_rank"]["steps"])
-    ps = clean.get("potential_stragglers") or {}
-    out["potential_stragglers.csv"] = _csv_text([{"rank": int(r), "steps_flagged": n,
+def csv_files(doc: dict):
+    """(file name, CSV text) for each table of an analysis document, made one at a time so that
+    only one table's text is in memory at once."""
+    for name, key in CSV_TABLES.items():
+        yield name, _csv_text(jsonable(doc.get(key) or []))
+    yield "steps.csv", _csv_text(jsonable(doc["cross_rank"]["steps"]))
+    ps = doc.get("potential_stragglers") or {}
+    yield "potential_stragglers.csv", _csv_text([{"rank": int(r), "steps_flagged": n,
                                                   "potential_straggler": int(r) in ps.get("ranks", [])}
                                                  for r, n in (ps.get("counts") or {}).items()])
     for rank, p in doc.get("_launch_pairs", {}).items():
@@ -60,17 +61,16 @@ def csv_files(doc: dict) -> dict[str, str]:
         cols = [p[c] for c in PAIR_COLUMNS]
         for vals in zip(*(c.tolist() for c in cols)):
             buf.write(",".join(repr(x) for x in vals) + "\n")
-        out[f"cuda_kernel_launch_stats_rank{rank}.csv"] = buf.getvalue()
-    return out
+        yield f"cuda_kernel_launch_stats_rank{rank}.csv", buf.getvalue()
 
 
 def diff_csv(doc: dict) -> dict[str, str]:
     return {"trace_diff.csv": _csv_text(jsonable(doc)["rows"])}
 
 
-def write_outputs(json_path: str | None, json_doc: dict | None, csv_dir: str | None,
-                  files: dict[str, str] | None) -> None:
-    """Write the JSON file and the CSV files; each goes to a temporary name first, renamed at the end."""
+def write_outputs(json_path: str | None, json_doc: dict | None, csv_dir: str | None, files) -> None:
+    """Write the JSON file and the CSV files (``files``: a dict or an iterable of (name, text));
+    each goes to a temporary name first, renamed at the end."""
     staged: list[tuple[str, str]] = []
     tmpdirs: list[str] = []
     try:
@@ -84,7 +84,7 @@ def write_outputs(json_path: str | None, json_doc: dict | None, csv_dir: str | N
             parent = os.path.dirname(os.path.abspath(csv_dir))
             tdir = tempfile.mkdtemp(prefix=".otel-gpu-csv-", dir=parent)
             tmpdirs.append(tdir)
-            for name, text in files.items():
+            for name, text in (files.items() if isinstance(files, dict) else files):
                 with open(os.path.join(tdir, name), "w") as fh:
                     fh.write(text)
                 staged.append((os.path.join(tdir, name), os.path.join(csv_dir, name)))

@@ -55,31 +55,37 @@ def potential_stragglers(views: list[RankView], num_candidates: int = 2,
     """``{"ranks": [...], "counts": {rank: steps flagged}, "kernel", "stream", "error"}``;
     ``error`` says why there is no answer (HTA raises in those cases)."""
     k = max(1, num_candidates)
-    rows = []  # per rank: (rank, stream, iteration, name id, ts, dur, names) of its rows in HTA's order
+    per_rank = []  # (rank, names, its NCCL kernel rows: stream, step, name id, ts, dur) in HTA's row order
+    spans: dict[int, tuple[float, float]] = {}  # step -> (first start, last end) over all ranks' rows
     available: set[int] = set()  # step numbers of the ProfilerStep rows kept
-    for v in views:
+    for v in views:  # one rank at a time: only its NCCL kernels are kept
         ev, r = v.ev, v.rows
         it = event_iterations(v)[r]
         step_ids = [i for i, n in enumerate(ev.names) if n.startswith("ProfilerStep") and _STEP_RE.match(n)]
         step_its = it[np.isin(ev.name[r], step_ids)]
         available.update(step_its[step_its != -1].tolist())
-        rows.append((v.rank, ev.stream[r], it, ev.name[r], (ev.ts[r] - v.ts0).astype(np.float64), ev.dur[r],
-                     ev.names))
+        t = (ev.ts[r] - v.ts0).astype(np.float64)
+        d = ev.dur[r]
+        for x in np.unique(it).tolist():
+            m = it == x
+            lo, hi = float(t[m].min()), float((t[m] + d[m]).max())
+            old = spans.get(x)
+            spans[x] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
+        comm_ids = [i for i, n in enumerate(ev.names) if n.startswith("ncclKernel")]
+        c = np.flatnonzero((ev.stream[r] > 0) & (it > 0) & np.isin(ev.name[r], comm_ids))
+        per_rank.append((v.rank, ev.names, ev.stream[r][c], it[c], ev.name[r][c], t[c], d[c]))
     if not available:
         return {"ranks": [], "counts": {}, "error": "no ProfilerStep in the traces"}
-    wanted = sorted(available)
-    sel = [(*row, np.isin(row[2], wanted)) for row in rows]
-    iters = sorted({x for row in sel for x in np.unique(row[2][row[7]]).tolist() if x != -1})
-    t_min = min((t[m].min() for _, _, _, _, t, _, _, m in sel if m.any()), default=0.0)
-    t_max = max(((t + d)[m].max() for _, _, _, _, t, d, _, m in sel if m.any()), default=0.0)
+    iters = sorted(x for x in spans if x in available and x != -1)
+    t_min = min(spans[x][0] for x in spans if x in available)
+    t_max = max(spans[x][1] for x in spans if x in available)
     mean_iter = (t_max - t_min) / len(iters)
     min_dur = mean_iter * min_normalized_duration
+    wanted = sorted(available)
     last: dict[tuple, tuple[float, float]] = {}  # (rank, stream, iteration, name) -> (ts, dur) of the last row
-    for rank, s, it, n, t, d, names, m in sel:
-        comm = np.array([nm.startswith("ncclKernel") for nm in names], dtype=bool)
-        keep = np.flatnonzero(m & (s > 0) & (it > 0) & (d >= min_dur) & comm[n]) if len(names) else []
-        for j in keep.tolist():
-            last[(rank, int(s[j]), int(it[j]), names[int(n[j])])] = (float(t[j]), float(d[j]))
+    for rank, names, s_, it, n, t, d in per_rank:
+        for j in np.flatnonzero(np.isin(it, wanted) & (d >= min_dur)).tolist():
+            last[(rank, int(s_[j]), int(it[j]), names[int(n[j])])] = (float(t[j]), float(d[j]))
     if not last:
         return {"ranks": [], "counts": {}, "error": "no NCCL kernel lasting 1% of a step"}
     keys = sorted(last)

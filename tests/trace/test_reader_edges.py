@@ -160,7 +160,7 @@ _needs_msgspec = pytest.mark.skipif(intake._decode_structs is None, reason="msgs
 
 def _fields(ev):
     return ([getattr(ev, f).tolist() for f in ("index", "ts", "dur", "stream", "correlation", "external_id",
-                                              "memory_bw")], [ev.names[i] for i in ev.name],
+                                              "bw_index", "bw_value")], [ev.names[i] for i in ev.name],
             [ev.names[i] for i in ev.cat], ev.dropped, ev.clamped, ev.ts_rounded)
 
 
