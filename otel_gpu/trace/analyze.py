@@ -27,6 +27,16 @@ class Options:
     thresholds: Thresholds = field(default_factory=Thresholds)
 
 
+def _for_csv(pairs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What the CSV needs of the launch pairs (their rows served the findings); durations as
+    float32 where that is exact (whole microseconds always are): less memory on many ranks."""
+    out = {"correlation": pairs["correlation"]}
+    for c in ("cpu_duration", "gpu_duration", "launch_delay"):
+        narrow = pairs[c].astype(np.float32)
+        out[c] = narrow if np.array_equal(narrow, pairs[c]) else pairs[c]
+    return out
+
+
 def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
     """All analyses of ``ts``; launch pairs are kept under ``_launch_pairs`` (arrays, for CSV)."""
     opts = opts or Options()
@@ -65,10 +75,7 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         {"ranks": [], "counts": {}, "error": "one rank"}
     cross = cross_rank_summary(views, [t for t in temporal.values() if t])
     checks = check_ranks(views, temporal, idle_rows, opts.thresholds)
-    # what the CSV needs of the launch pairs (the rows were for the findings), in narrow dtypes
-    pairs = {r: {"correlation": p["correlation"], **{c: p[c].astype(np.float32) if np.array_equal(
-        p[c], p[c].astype(np.float32)) else p[c] for c in ("cpu_duration", "gpu_duration", "launch_delay")}}
-        for r, p in pairs.items()}
+    pairs = {r: _for_csv(p) for r, p in pairs.items()}
     findings = group_findings(checks, opts.thresholds)
     return {
         "trace_dir": ts.path,
