@@ -102,6 +102,7 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "checks": checks,
         "thresholds": thresholds_dict(opts.thresholds),
         "_launch_pairs": pairs,
+        "_views": views,  # for the per-rank time-series CSVs, made when written
     }
 
 

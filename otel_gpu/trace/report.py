@@ -10,6 +10,7 @@ import tempfile
 
 import numpy as np
 
+from . import counters
 from .analyze import jsonable
 
 # CSV file -> document key; file names follow HTA's outputs where there is one
@@ -55,6 +56,15 @@ def csv_files(doc: dict):
     yield "potential_stragglers.csv", _csv_text([{"rank": int(r), "steps_flagged": n,
                                                   "potential_straggler": int(r) in ps.get("ranks", [])}
                                                  for r, n in (ps.get("counts") or {}).items()])
+    for v in doc.get("_views", []):  # time series, one file per rank, computed as they are written
+        yield f"queue_length_series_rank{v.rank}.csv", _series_csv(
+            ("ts", "stream", "queue_length"),
+            ((t, s_, q) for s_, (ts, ql) in counters.queue_length_series(v).items()
+             for t, q in zip(ts.tolist(), ql.tolist())))
+        yield f"memory_bw_series_rank{v.rank}.csv", _series_csv(
+            ("ts", "name", "memory_bw_gbps"),
+            ((t, kind, b) for kind, (ts, bw) in counters.memory_bw_series(v).items()
+             for t, b in zip(ts.tolist(), bw.tolist())))
     for rank, p in doc.get("_launch_pairs", {}).items():
         buf = io.StringIO()
         buf.write(",".join(PAIR_COLUMNS) + "\n")
@@ -62,6 +72,14 @@ def csv_files(doc: dict):
         for vals in zip(*(c.tolist() for c in cols)):
             buf.write(",".join(repr(x) for x in vals) + "\n")
         yield f"cuda_kernel_launch_stats_rank{rank}.csv", buf.getvalue()
+
+
+def _series_csv(columns: tuple[str, ...], rows) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    w.writerows(rows)
+    return buf.getvalue()
 
 
 def diff_csv(doc: dict) -> dict[str, str]:

@@ -196,3 +196,35 @@ def test_gpu_user_annotation_breakdown(name):
         for col, key in (("sum (us)", "sum"), ("max (us)", "max"), ("min (us)", "min"), ("mean (us)", "mean"),
                          ("stddev", "std")):
             assert close(w[col], g[key]), (col, w, g)
+
+
+def _series_refs():
+    out = []
+    for name in SHARED:
+        for p in sorted((REFS / name).glob("*_series_rank*.csv")):
+            out.append((name, p.name))
+    return out
+
+
+@needs_traces
+@pytest.mark.parametrize("name, file", _series_refs())
+def test_time_series(name, file):
+    """Queue length and memory bandwidth series, point by point (HTA's pid/tid columns aside)."""
+    rank = int(file.rsplit("rank", 1)[1][:-4])
+    v = trace_set(name).ranks[rank]
+    want = ref(name, file)
+    if file.startswith("queue_length"):
+        got = [(t, s, q) for s, (ts, ql) in counters.queue_length_series(v).items()
+               for t, q in zip(ts.tolist(), ql.tolist())]
+        assert [(float(w["ts"]), int(float(w["stream"])), int(w["queue_length"])) for w in want] == \
+            [(float(t), s, q) for t, s, q in got]
+    else:
+        got = [(t, k, b) for k, (ts, bw) in counters.memory_bw_series(v).items()
+               for t, b in zip(ts.tolist(), bw.tolist())]
+        assert [(float(w["ts"]), w["name"]) for w in want] == [(float(t), k) for t, k, _ in got]
+        for w, (_, _, b) in zip(want, got):
+            assert abs(float(w["memory_bw_gbps"]) - b) <= 1e-6 * max(1.0, abs(b))
+
+
+def test_series_cover_the_shared_sets():
+    assert {"hta_alexnet_single_rank", "hta_nccl_data"} <= {n for n, _ in _series_refs()}

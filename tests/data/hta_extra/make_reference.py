@@ -8,7 +8,9 @@ Run with HTA installed in its own virtual environment (it is never a dependency 
 For every trace set (a folder of per-rank files) under the first argument it writes, under the
 same relative path in the second: queue_length_summary.csv, queue_full_blocked.csv,
 memory_bw_summary.csv, potential_stragglers.json, aten_op_kernels_rank<r>.csv,
-gpu_user_annotation_breakdown.csv, and run_info.json with each call, its wall
+gpu_user_annotation_breakdown.csv, queue_length_series_rank<r>.csv and memory_bw_series_rank<r>.csv
+(only when under 300 kB: the larger series are checked through their summaries), and
+run_info.json with each call, its wall
 time and its error (HTA raises on some sets; the error is the reference then).
 """
 import json
@@ -81,6 +83,15 @@ def run_set(trace_dir: str, out: str) -> None:
         for r, df in a.get_aten_op_kernels_and_delay(ranks=ranks).items():
             df.to_csv(os.path.join(out, f"aten_op_kernels_rank{r}.csv"), index=False)
 
+    def series():
+        for label, got in (("queue_length_series", a.get_queue_length_time_series(ranks=ranks)),
+                           ("memory_bw_series", a.get_memory_bw_time_series(ranks=ranks))):
+            for r, df in got.items():
+                path = os.path.join(out, f"{label}_rank{r}.csv")
+                df.to_csv(path, index=False)
+                if os.path.getsize(path) > 300_000:
+                    os.unlink(path)
+
     def annotations():
         df = a.get_gpu_user_annotation_breakdown(visualize=False)
         if df is not None:
@@ -92,6 +103,8 @@ def run_set(trace_dir: str, out: str) -> None:
              queue)
         step("get_memory_bw_summary", f"get_memory_bw_summary(ranks={ranks})", membw)
         step("get_potential_stragglers", "get_potential_stragglers()  # num_candidates=2, all steps", stragglers)
+        step("time_series", f"get_queue_length_time_series(ranks={ranks}); "
+             f"get_memory_bw_time_series(ranks={ranks})", series)
         step("get_gpu_user_annotation_breakdown", "get_gpu_user_annotation_breakdown(visualize=False)  "
              "# use_gpu_annotation=True, duration_ratio=0.8, num_kernels=1000", annotations)
         step("get_aten_op_kernels_and_delay", f"get_aten_op_kernels_and_delay(ranks={ranks})", aten)
