@@ -57,7 +57,8 @@ def _group(pattern: str, hit: list[dict], below: list[dict], n_ranks: int) -> di
 
 
 def group_findings(checks: list[dict], th: Thresholds | None = None) -> list[dict]:
-    """Findings (one per pattern, biggest median share of the span first) from per-rank checks."""
+    """Findings (one per pattern) from per-rank checks, biggest ``impact_pct`` first: the median
+    share of the span at stake plus, for a cause, the share of the GPU idle it explains."""
     th = th or Thresholds()
     n_ranks = len({c["rank"] for c in checks})
     by_pattern: dict[str, list[dict]] = {}
@@ -70,7 +71,11 @@ def group_findings(checks: list[dict], th: Thresholds | None = None) -> list[dic
             below = [c for c in cs if c["triggered"] and not c["reported"]]
             findings[pattern] = _group(pattern, hit, below, n_ranks)
     _link(findings, by_pattern, th)
-    return sorted(findings.values(), key=lambda f: (-f["share_of_span_pct"]["median"], f["pattern"]))
+    for f in findings.values():  # a cause weighs its own time plus the idle it explains
+        f["impact_pct"] = round(f["share_of_span_pct"]["median"] + sum(
+            findings[link["pattern"]]["share_of_span_pct"]["median"] * link["share_of_idle_pct"] / 100
+            for link in f["leads_to"]), 3)
+    return sorted(findings.values(), key=lambda f: (-f["impact_pct"], f["pattern"]))
 
 
 def _link(findings: dict[str, dict], by_pattern: dict[str, list[dict]], th: Thresholds) -> None:

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import counters
 from .analyze import jsonable
+from .grouping import rank_ranges
 
 # CSV file -> document key; file names follow HTA's outputs where there is one
 CSV_TABLES = {
@@ -230,7 +231,7 @@ def render_findings(doc: dict, console) -> None:
                       f"{th.get('min_time_share_pct', 0):g}% of the span at stake).", highlight=False)
         return
     console.print(f"[bold]Findings[/bold] (time at stake >= {th.get('min_time_share_pct', 0):g}% of the span; "
-                  "biggest share first)")
+                  "biggest first, counting the idle a cause leads to)")
     by_pattern = {f["pattern"]: f for f in findings}
     # an effect is printed once, under its biggest cause
     primary = {f["pattern"]: f["caused_by"][0]["pattern"] for f in findings if f["caused_by"]}
@@ -241,9 +242,11 @@ def render_findings(doc: dict, console) -> None:
         i += 1
         _print_finding(console, f, f"{i}.", "")
         for link in f["leads_to"]:
+            how = ("ends where these kernels start (the GPU waited for their launch)"
+                   if f["pattern"] == "many_short_kernels" else
+                   "begins inside these calls (the GPU drained while the CPU waited)")
             console.print(f"   leads to: {link['idle_us']:,.0f} us of GPU idle ({link['share_of_idle_pct']:g}% of "
-                          f"the idle on ranks {link['ranks_text']}) starts in these calls or waits for these launches",
-                          highlight=False)
+                          f"the idle on ranks {link['ranks_text']}) {how}", highlight=False)
             if primary.get(link["pattern"]) == f["pattern"]:
                 _print_finding(console, by_pattern[link["pattern"]], "   ->", "      ")
 
@@ -268,7 +271,6 @@ def _print_finding(console, f: dict, bullet: str, pad: str) -> None:
         causes = ", ".join(f"{c['pattern']} ({c['share_of_idle_pct']:g}%)" for c in f["caused_by"])
         console.print(f"{pad}   caused by: {causes}", highlight=False)
     if f["ranks_triggered_below_min_share"]:
-        from .grouping import rank_ranges
         console.print(f"{pad}   also over the threshold, with less at stake: ranks "
                       f"{rank_ranges(f['ranks_triggered_below_min_share'])}", highlight=False)
     console.print(f"{pad}   fix: {f['fix']}", highlight=False)

@@ -128,3 +128,13 @@ def test_diff_never_shows_negative_totals_from_rounding():
     doc = diff_sets(a, b)
     assert all(r["total_a_us"] >= 0 and r["total_b_us"] >= 0 for r in doc["rows"])
     assert any("shorter than 1 us" in n for n in doc["notes"])
+
+
+def test_a_cause_ranks_by_the_idle_it_explains(doc64):
+    """cudaFree thrash costs 2.4% of the span itself but explains half of a 38% idle: it comes first."""
+    roots = [f for f in doc64["findings"] if not f["caused_by"]]
+    assert [f["pattern"] for f in roots] == ["alloc_thrash", "many_short_kernels"]
+    assert roots[0]["impact_pct"] > 15 > roots[0]["share_of_span_pct"]["median"]
+    buf = io.StringIO()
+    render_findings(doc64, Console(file=buf, width=160))
+    assert buf.getvalue().splitlines()[1].startswith("1. cudaMalloc/cudaFree thrash")
