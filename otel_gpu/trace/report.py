@@ -226,6 +226,17 @@ def render_findings(doc: dict, console) -> None:
     """Findings grouped across ranks; an effect is printed under its cause, not apart."""
     findings = doc["findings"]
     th = doc.get("thresholds", {})
+    small: dict[str, list[dict]] = {}  # patterns over their threshold on some rank, never with enough at stake
+    for c in doc.get("checks", []):
+        if c["triggered"] and not c["reported"]:
+            small.setdefault(c["pattern"], []).append(c)
+    small = {p: cs for p, cs in small.items() if p not in {f["pattern"] for f in findings}}
+    if small:
+        parts = [f"{p} (ranks {rank_ranges([c['rank'] for c in cs])}, at most "
+                 f"{max(c['share_of_span_pct'] for c in cs):.2g}% of the span)" for p, cs in sorted(small.items())]
+        console.print(f"Over their threshold with less than {th.get('min_time_share_pct', 0):g}% of the span at "
+                      f"stake, not reported (checks.csv; --min-impact 0 shows them): {', '.join(parts)}",
+                      highlight=False)
     if not findings:
         console.print(f"No anti-pattern found (no check over its threshold with at least "
                       f"{th.get('min_time_share_pct', 0):g}% of the span at stake).", highlight=False)

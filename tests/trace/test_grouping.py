@@ -138,3 +138,10 @@ def test_a_cause_ranks_by_the_idle_it_explains(doc64):
     buf = io.StringIO()
     render_findings(doc64, Console(file=buf, width=160))
     assert buf.getvalue().splitlines()[1].startswith("1. cudaMalloc/cudaFree thrash")
+
+
+def test_checks_over_threshold_with_little_at_stake_are_mentioned(capsys):
+    """64 .item() per step on CPU tensors: over the count threshold, ~0% of the span: named, not a finding."""
+    assert main(["trace", "analyze", "tests/data/traces/cpu_gloo_sync_straggler"]) == 0
+    out = capsys.readouterr().out
+    assert "not reported" in out and "too_many_syncs (ranks 0-1" in out and "No anti-pattern found" in out
