@@ -256,8 +256,9 @@ def render_findings(doc: dict, console) -> None:
             how = ("ends where these kernels start (the GPU waited for their launch)"
                    if f["pattern"] == "many_short_kernels" else
                    "begins inside these calls (the GPU drained while the CPU waited)")
+            where = ("rank " if link["ranks_text"].isdigit() else "ranks ") + link["ranks_text"]
             console.print(f"   leads to: {link['idle_us']:,.0f} us of GPU idle ({link['share_of_idle_pct']:g}% of "
-                          f"the idle on ranks {link['ranks_text']}) {how}", highlight=False)
+                          f"the idle on {where}) {how}", highlight=False)
             if primary.get(link["pattern"]) == f["pattern"]:
                 _print_finding(console, by_pattern[link["pattern"]], "   ->", "      ")
 
