@@ -136,7 +136,8 @@ def _table(title: str, cols: list[str], rows: list[list]):
 
     t = Table(title=title, title_justify="left", show_lines=False)
     for i, c in enumerate(cols):
-        t.add_column(c, justify="left" if i == 0 or c in ("name", "kernels", "kernel_type", "category", "pattern", "where")
+        left = i == 0 or c in ("name", "kernels", "kernel_type", "category", "pattern", "where")
+        t.add_column(c, justify="left" if left
                      else "right", overflow="fold")
     for r in rows:
         t.add_row(*[_fmt(x) if not isinstance(x, str) else x for x in r])

@@ -117,7 +117,8 @@ def potential_stragglers(views: list[RankView], num_candidates: int = 2,
                 continue
             threshold = _k_largest(np.array([c[2] for c in group]), k)
             if threshold is None:
-                return {"ranks": [], "counts": {}, "error": f"fewer than {k} ranks run the candidate kernel in step {it}"}
+                return {"ranks": [], "counts": {},
+                        "error": f"fewer than {k} ranks run the candidate kernel in step {it}"}
             for rank, _, x in group:
                 counts[rank] += int(x >= threshold)
         counts = dict(sorted(counts.items()))

@@ -155,7 +155,8 @@ def test_chunk_size_never_changes_the_result(tmp_path, rows, chunk):
     assert [a.names[i] for i in a.name] == [b.names[i] for i in b.name] == [r[2] for r in rows]
 
 
-_needs_msgspec = pytest.mark.skipif(intake._decode_structs is None, reason="msgspec not installed (extra 'trace') or turned off by OTELGPU_TRACE_JSON")
+_needs_msgspec = pytest.mark.skipif(intake._decode_structs is None,
+                                    reason="msgspec not installed (extra 'trace') or turned off by OTELGPU_TRACE_JSON")
 
 
 def _fields(ev):
