@@ -3,8 +3,8 @@
 Both sets are loaded as for ``analyze`` (HTA's last-step rule), summed over their ranks, and
 divided by the number of ranks so runs of different sizes compare per rank. Rows are sorted
 by impact: the absolute change of total time. Nanosecond traces are rounded to whole us as HTA
-does (start up, end down), which gives sub-microsecond events a duration of -1 us; here they
-count as 0 us, and a note says how many there were (each rounded time is within 1 us).
+does (start up, end down); an event shorter than 1 us then lasts 0 us (the reader's rule), so
+no total is negative; the notes of both loads say how many there were.
 """
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from .model import RankView, TraceSet
 OP_CATS = ("cpu_op", "Operator")
 
 
-def _aggregate(views: list[RankView], clamped: list[int]) -> dict[tuple[str, str], list[float]]:
-    """(kind, name) -> [count, total us] summed over ranks; ``clamped[0]`` counts durations below 0
-    (rounding artefacts) taken as 0."""
+def _aggregate(views: list[RankView]) -> dict[tuple[str, str], list[float]]:
+    """(kind, name) -> [count, total us] summed over ranks."""
     agg: dict[tuple[str, str], list[float]] = {}
     for v in views:
         ev = v.ev
@@ -28,10 +27,6 @@ def _aggregate(views: list[RankView], clamped: list[int]) -> dict[tuple[str, str
         for kind, m in (("kernel", gpu), ("op", op)):
             names = ev.name[rows[m]]
             dur = ev.dur[rows[m]]
-            neg = dur < 0
-            if neg.any():
-                clamped[0] += int(neg.sum())
-                dur = np.maximum(dur, 0)
             if not len(names):
                 continue
             uniq, inv = np.unique(names, return_inverse=True)
@@ -48,10 +43,9 @@ def diff_sets(a: TraceSet, b: TraceSet, top: int | None = None) -> dict:
     """Per-op and per-kernel changes from run ``a`` to run ``b``, biggest impact first."""
     va, vb = list(a.ranks.values()), list(b.ranks.values())
     na, nb = max(1, len(va)), max(1, len(vb))
-    neg_a, neg_b = [0], [0]
-    ag, bg = _aggregate(va, neg_a), _aggregate(vb, neg_b)
-    notes = [f"{label}: {n[0]:,} events shorter than 1 us after HTA's rounding of nanosecond times count as 0 us "
-             "(rounded times are within 1 us of the trace's)" for label, n in (("A", neg_a), ("B", neg_b)) if n[0]]
+    ag, bg = _aggregate(va), _aggregate(vb)
+    notes = [f"{label}: {n}" for label, ts in (("A", a), ("B", b)) for n in ts.notes
+             if "shorter than 1 us" in n or "not analysed" in n]
     rows = []
     for key in set(ag) | set(bg):
         ca, ta = (x / na for x in ag.get(key, [0.0, 0.0]))

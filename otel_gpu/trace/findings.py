@@ -253,6 +253,7 @@ class _Checker:
                                   for i in top if gaps[i] > 0],
                  "stream_idle_by_category_us": dict(by_cat.most_common())}
         pct = temporal["idle_time_pctg"]
+        pct = 0.0 if pct != pct else pct  # no span (a single instant): nothing idle
         self.report("long_gpu_idle", "GPU idle, % of GPU span", pct, self.th.idle_pct, pct >= self.th.idle_pct,
                     where, temporal["idle_time_us"])
 

@@ -177,6 +177,10 @@ def load_events(paths: list[str], jobs: int | None = None) -> tuple[dict[int, Ra
         p = ev.path
         if ev.dropped:
             notes.append(f"{p}: {sum(ev.dropped.values())} events not analysed ({describe_counts(ev.dropped)})")
+        if ev.rounded_short:
+            notes.append(f"{p}: {ev.rounded_short} events shorter than 1 us end before they start once times are "
+                         "rounded to whole us (start up, end down, as HTA does for nanosecond traces): 0 us here, "
+                         "-1 us in HTA")
         if ev.clamped:
             notes.append(f"{p}: {sum(ev.clamped.values())} events kept with a field cleared "
                          f"({describe_counts(ev.clamped)})")

@@ -127,7 +127,7 @@ def test_diff_never_shows_negative_totals_from_rounding():
     b = load_set("tests/data/traces/cpu_gloo_sync_straggler")
     doc = diff_sets(a, b)
     assert all(r["total_a_us"] >= 0 and r["total_b_us"] >= 0 for r in doc["rows"])
-    assert any("shorter than 1 us" in n for n in doc["notes"])
+    assert any(n.startswith("A: ") and "shorter than 1 us" in n and "0 us here" in n for n in doc["notes"])
 
 
 def test_a_cause_ranks_by_the_idle_it_explains(doc64):
