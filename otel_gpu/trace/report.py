@@ -5,6 +5,7 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 
@@ -148,17 +149,54 @@ def _short(name: str, n: int = 70) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
+SCREEN_RANKS = 16  # above this many ranks, per-rank tables show the notable ranks only
+
+
+def _notable(rows: list[dict], key: str) -> tuple[list[dict], str]:
+    """Rows of all ranks, or with more than SCREEN_RANKS ranks those of the 3 lowest, the median and
+    the 4 highest ranks by ``key`` (a rank's highest value over its rows), and a title suffix."""
+    ranks = sorted({r["rank"] for r in rows})
+    if len(ranks) <= SCREEN_RANKS:
+        return rows, ""
+    per: dict[int, float] = {}
+    for r in rows:
+        x = r[key]
+        x = float("-inf") if x is None or x != x else float(x)
+        per[r["rank"]] = max(per.get(r["rank"], float("-inf")), x)
+    order = sorted(ranks, key=lambda k: (per[k], k))
+    pick = set(order[:3]) | {order[len(order) // 2]} | set(order[-4:])
+    return ([r for r in rows if r["rank"] in pick],
+            f"; {len(pick)} of {len(ranks)} ranks: lowest, median and highest {key} (all in --csv)")
+
+
+def _merge_rank_notes(notes: list[str]) -> list[str]:
+    """"rank 3: no GPU events" for many ranks -> one "ranks 0-63: no GPU events"."""
+    out: list[str] = []
+    by_text: dict[str, list[int]] = {}
+    for n in notes:
+        m = re.match(r"rank (\d+): (.*)$", n)
+        if m:
+            if m.group(2) not in by_text:
+                out.append(m.group(2))  # placeholder, replaced below in first-seen order
+            by_text.setdefault(m.group(2), []).append(int(m.group(1)))
+        else:
+            out.append(n)
+    return [(("rank " if len(by_text[n]) == 1 else "ranks ") + rank_ranges(by_text[n]) + ": " + n)
+            if n in by_text else n for n in out]
+
+
 def render_analysis(doc: dict, console, top: int = 10) -> None:
     """Print the analysis as terminal tables."""
-    console.print(f"[bold]Trace set[/bold] {doc['trace_dir']}  ranks {doc['ranks']}")
-    for n in doc["notes"]:
-        console.print(f"  note: {n}")
+    console.print(f"[bold]Trace set[/bold] {doc['trace_dir']}  ranks {rank_ranges(doc['ranks'])}", highlight=False)
+    for n in _merge_rank_notes(doc["notes"]):
+        console.print(f"  note: {n}", highlight=False)
     if doc["temporal_breakdown"]:
-        console.print(_table("Temporal breakdown (us, % of first-kernel-to-last-kernel span)",
+        rows, more = _notable(doc["temporal_breakdown"], "idle_time_pctg")
+        console.print(_table("Temporal breakdown (us, % of first-kernel-to-last-kernel span)" + more,
                              ["rank", "idle", "compute", "non-compute", "span", "idle %", "compute %", "non-compute %"],
                              [[t["rank"], t["idle_time_us"], t["compute_time_us"], t["non_compute_time_us"],
                                t["kernel_time_us"], t["idle_time_pctg"], t["compute_time_pctg"],
-                               t["non_compute_time_pctg"]] for t in doc["temporal_breakdown"]]))
+                               t["non_compute_time_pctg"]] for t in rows]))
     if doc["kernel_type_breakdown"]:
         console.print(_table("GPU time by kernel type (all ranks)", ["kernel_type", "time us", "%"],
                              [[r["kernel_type"], r["sum"], r["percentage"]] for r in doc["kernel_type_breakdown"]]))
@@ -167,32 +205,35 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
                              [[_short(r["name"]), r["kernel_type"], r["rank"], r["sum"], r["mean"], r["max"]]
                               for r in top_k]))
     if doc["idle_time_breakdown"]:
-        console.print(_table("GPU idle time by stream", ["rank", "stream", "category", "idle us", "ratio"],
+        rows, more = _notable(doc["idle_time_breakdown"], "idle_time")
+        console.print(_table("GPU idle time by stream" + more, ["rank", "stream", "category", "idle us", "ratio"],
                              [[r["rank"], r["stream"], r["idle_category"], r["idle_time"], r["idle_time_ratio"]]
-                              for r in doc["idle_time_breakdown"]]))
+                              for r in rows]))
     if doc["temporal_breakdown"]:
-        console.print(_table("Communication / computation overlap", ["rank", "comm us", "overlap us", "overlap %"],
+        rows, more = _notable(doc["comm_comp_overlap"], "comp_comm_overlap_pctg")
+        console.print(_table("Communication / computation overlap" + more, ["rank", "comm us", "overlap us", "overlap %"],
                              [[r["rank"], r["comm_time_us"], r["overlap_time_us"], r["comp_comm_overlap_pctg"]]
-                              for r in doc["comm_comp_overlap"]]))
-        console.print(_table("Kernel launches", ["rank", "launches", "short", "runtime outliers",
-                                                 "delay outliers", "mean cpu us", "mean delay us"],
+                              for r in rows]))
+        rows, more = _notable(doc["launch_stats"], "mean_launch_delay_us")
+        console.print(_table("Kernel launches" + more, ["rank", "launches", "short", "runtime outliers",
+                                                        "delay outliers", "mean cpu us", "mean delay us"],
                              [[r["rank"], r["launches"], r["short_kernels"], r["runtime_outliers"],
                                r["launch_delay_outliers"], r["mean_cpu_duration_us"], r["mean_launch_delay_us"]]
-                              for r in doc["launch_stats"]]))
+                              for r in rows]))
     if doc.get("queue_length_summary"):
-        console.print(_table("Launch queue length per stream (outstanding GPU operations)",
+        rows, more = _notable(doc["queue_length_summary"], "max")
+        console.print(_table("Launch queue length per stream (outstanding GPU operations)" + more,
                              ["rank", "stream", "changes", "mean", "median", "max"],
-                             [[r["rank"], r["stream"], int(r["count"]), r["mean"], r["50%"], r["max"]]
-                              for r in doc["queue_length_summary"]]))
+                             [[r["rank"], r["stream"], int(r["count"]), r["mean"], r["50%"], r["max"]] for r in rows]))
     for r in doc.get("queue_full_blocked") or []:
         console.print(f"Rank {r['rank']} stream {r['stream']}: launch queue full for "
                       f"{r['duration_at_max_queue_length']:,.0f} us "
                       f"({100 * r['relative_duration_at_max_queue_length']:.2f}% of the trace)", highlight=False)
     if doc.get("memory_bw_summary"):
-        console.print(_table("Memory copy bandwidth (GB/s, while copies run)",
+        rows, more = _notable(doc["memory_bw_summary"], "mean")
+        console.print(_table("Memory copy bandwidth (GB/s, while copies run)" + more,
                              ["rank", "name", "points", "mean", "median", "max"],
-                             [[r["rank"], r["name"], int(r["count"]), r["mean"], r["50%"], r["max"]]
-                              for r in doc["memory_bw_summary"]]))
+                             [[r["rank"], r["name"], int(r["count"]), r["mean"], r["50%"], r["max"]] for r in rows]))
     cross = doc["cross_rank"]
     if cross["steps"]:
         console.print(_table("Steps across ranks (busy = step - communication, us)",
