@@ -42,7 +42,7 @@ def test_64_ranks_findings_fit_one_screen_and_name_the_ranks(run64, tmp_path, ca
     assert "ranks 0-31 (32 of 64)" in text and "ranks 0-63 (64 of 64)" in text
     assert text.count("Long GPU idle time") == 1  # the effect is printed once, under its cause
     assert len(text.splitlines()) <= 200  # per-rank tables show the notable ranks only past 16 ranks
-    assert "8 of 64 ranks: lowest, median and highest idle_time_pctg" in text
+    assert "8 of 64 ranks" in text  # the table titles say which ranks are shown
     doc = json.loads(out.read_text())
     assert len(doc["findings"]) == 3 and len(doc["checks"]) == 64 * 6
 
