@@ -95,6 +95,7 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "memory_bw_summary": membw,
         "potential_stragglers": potential,
         "gpu_user_annotation_breakdown": annotations.user_annotation_breakdown(views),
+        "kernels_per_annotation": [r for v in views for r in annotations.kernels_per_annotation(v)],
         "aten_op_kernels": aten,
         "aten_op_kernels_all_ranks": aten_all,
         "cross_rank": cross,

@@ -40,6 +40,7 @@ NOT_OBJECT = "traceEvents element that is not an object"
 ID_CLAMPED = "stream/correlation/external id beyond int64 (set to -1)"
 BW_CLAMPED = "memory bandwidth not a finite number >= 0 (set to 0)"
 BW_ARG = "memory bandwidth (GB/s)"
+GPU_ANNOTATION = "gpu_user_annotation"
 
 
 def _int_or(v, default: int = -1) -> int:
@@ -74,6 +75,7 @@ class Collector:
         self.count = [0]
         self.dropped: dict[str, int] = {}
         self.clamped: dict[str, int] = {}
+        self.annotation_tid: dict[int, object] = {}  # event position -> tid of GPU user annotations
         self.add, self.add_struct = self._make_add()
 
     @property
@@ -109,6 +111,7 @@ class Collector:
         bw = np.where(stream == -1, 0.0, bw)
         if not ((bw >= 0) & (bw <= lim)).all():
             return False
+        base = self.count[0]
         names = ["None" if e.name is None else e.name for e in kept]
         cats = [e.cat for e in kept]
         sym = self.sym
@@ -116,9 +119,12 @@ class Collector:
             for x in pair:
                 if x not in sym:
                     sym[x] = len(sym)
+        tids = self.annotation_tid
+        for i, e in zip(kept_pos, kept):
+            if e.cat == GPU_ANNOTATION:
+                tids[base + i] = e.tid
         if not self.flags["ts_float"] and any(type(e.ts) is not int for e in events):
             self.flags["ts_float"] = True
-        base = self.count[0]
         self.count[0] = base + len(events)
         self.index.frombytes((np.array(kept_pos, dtype=np.int64) + base).tobytes())
         self.ts.frombytes(ts_a.tobytes())
@@ -138,6 +144,7 @@ class Collector:
         a_stream, a_corr, a_ext = streams.append, corrs.append, exts.append
         a_bw = self.bw.append
         sym, flags, count, dropped, clamped = self.sym, self.flags, self.count, self.dropped, self.clamped
+        tids = self.annotation_tid
         lim = TIME_LIMIT_US
 
         def drop(reason: str) -> None:
@@ -208,6 +215,8 @@ class Collector:
             cat = get("cat")
             if dur is None or cat is None or cat == "Trace":
                 return  # not a duration event: instant, counter, flow or metadata
+            if cat == GPU_ANNOTATION:
+                tids[i] = get("tid")
             args = get("args")
             if type(args) is dict:
                 aget = args.get
@@ -230,6 +239,8 @@ class Collector:
             cat = e.cat
             if dur is None or cat is None or cat == "Trace":
                 return
+            if cat == GPU_ANNOTATION:
+                tids[i] = e.tid
             args = e.args
             if args is None:
                 put(i, ts, dur, cat, e.name, -1, -1, -1, 0.0)
@@ -274,6 +285,7 @@ if _msgspec is not None:
         dur: Any = None
         cat: Any = None
         name: Any = None
+        tid: Any = None
         args: _Args | None = None
 
     class _TypedArgs(_msgspec.Struct):
@@ -292,6 +304,7 @@ if _msgspec is not None:
         dur: int | float | None = None
         cat: str | None = None
         name: str | None = None
+        tid: int | str | None = None
         args: _TypedArgs | None = None
 
     _decode_structs = _msgspec.json.Decoder(list[_Event]).decode

@@ -68,6 +68,7 @@ class RankEvents:
     dropped: dict = field(default_factory=dict)  # reason -> events not kept (see DROP_*)
     clamped: dict = field(default_factory=dict)  # reason -> events kept with a field replaced
     rounded_short: int = 0  # events whose rounded duration was below 0 us (kept as 0 us)
+    annotation_tid: dict = field(default_factory=dict)  # index of a GPU user annotation -> its tid (-1 if not int)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -311,6 +312,15 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def _kept_tids(col: Collector) -> dict[int, int]:
+    """Thread ids of the GPU user annotations that were kept (-1 when not an integer)."""
+    if not col.annotation_tid:
+        return {}
+    keys = np.fromiter(col.annotation_tid, dtype=np.int64, count=len(col.annotation_tid))
+    kept = keys[np.isin(keys, np.frombuffer(col.index, dtype=np.int64))].tolist()
+    return {i: (t if type(t) is int else -1) for i in kept for t in (col.annotation_tid[i],)}
+
+
 def _finish(path: str, rank: int, col: Collector, meta: dict) -> RankEvents:
     ts = np.frombuffer(col.ts, dtype=np.float64)
     dur = np.frombuffer(col.dur, dtype=np.float64)
@@ -344,5 +354,6 @@ def _finish(path: str, rank: int, col: Collector, meta: dict) -> RankEvents:
         bw_index=bw_index, bw_value=bw[bw_index].copy(),
         names=names, meta=meta, ts_rounded=col.ts_float,
         dropped=dict(col.dropped), clamped=dict(col.clamped), rounded_short=rounded_short,
+        annotation_tid=_kept_tids(col),
     )
 

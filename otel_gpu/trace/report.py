@@ -29,6 +29,7 @@ CSV_TABLES = {
     "memory_bw_summary.csv": "memory_bw_summary",
     "aten_op_kernels.csv": "aten_op_kernels",
     "gpu_user_annotation_breakdown.csv": "gpu_user_annotation_breakdown",
+    "kernels_per_annotation.csv": "kernels_per_annotation",
     "findings.csv": "findings",
     "checks.csv": "checks",
 }
@@ -246,6 +247,12 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
         console.print(_table(f"GPU time per user annotation (top {len(rows)})",
                              ["name", "rank", "total us", "mean us", "max us"],
                              [[_short(r["name"]), r["rank"], r["sum"], r["mean"], r["max"]] for r in rows]))
+    if doc.get("kernels_per_annotation"):
+        rows = sorted((r for r in doc["kernels_per_annotation"] if r["annotation"]),
+                      key=lambda r: -r["kernel_time_us"])[:top]
+        console.print(_table(f"Kernels inside GPU user annotations (innermost; top {len(rows)} by kernel time)",
+                             ["name", "rank", "kernels", "kernel time us"],
+                             [[_short(r["annotation"]), r["rank"], r["kernels"], r["kernel_time_us"]] for r in rows]))
     if doc.get("aten_op_kernels_all_ranks"):
         rows = doc["aten_op_kernels_all_ranks"][:top]
         console.print(_table(f"ATen ops and the kernels they launch (all ranks, {len(rows)} most frequent)",

@@ -228,3 +228,20 @@ def test_time_series(name, file):
 
 def test_series_cover_the_shared_sets():
     assert {"hta_alexnet_single_rank", "hta_nccl_data"} <= {n for n, _ in _series_refs()}
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SHARED)
+def test_kernels_per_annotation(name):
+    """HTA's per-kernel annotation table, counted and summed per annotation (make_reference.py)."""
+    from otel_gpu.trace.annotations import kernels_per_annotation
+
+    want = ref(name, "kernels_per_annotation.csv")
+    got = [r for v in trace_set(name).ranks.values() for r in kernels_per_annotation(v)]
+    if want is None:
+        assert got == []
+        return
+    assert [(int(w["rank"]), w["s_user_annotation"], int(w["count"])) for w in want] == \
+        [(g["rank"], g["annotation"], g["kernels"]) for g in got]
+    for w, g in zip(want, got):
+        assert close(w["sum"], g["kernel_time_us"]), (w, g)

@@ -107,8 +107,8 @@ _any_value = st.one_of(_any_number, st.none(), st.booleans(), st.text(max_size=5
                        st.lists(st.integers(), max_size=2))
 _event = st.fixed_dictionaries(
     {"ph": st.just("X")},
-    optional={"ts": _any_value, "dur": _any_value, "cat": st.one_of(st.sampled_from(["kernel", "cpu_op", "Trace"]),
-                                                                     _any_value),
+    optional={"ts": _any_value, "dur": _any_value, "tid": _any_value,
+              "cat": st.one_of(st.sampled_from(["kernel", "cpu_op", "Trace", "gpu_user_annotation"]), _any_value),
               "name": _any_value,
               "args": st.one_of(_any_value, st.fixed_dictionaries({}, optional={
                   "stream": _any_value, "correlation": _any_value, "External id": _any_value}))})
@@ -162,7 +162,7 @@ _needs_msgspec = pytest.mark.skipif(intake._decode_structs is None,
 def _fields(ev):
     return ([getattr(ev, f).tolist() for f in ("index", "ts", "dur", "stream", "correlation", "external_id",
                                               "bw_index", "bw_value")], [ev.names[i] for i in ev.name],
-            [ev.names[i] for i in ev.cat], ev.dropped, ev.clamped, ev.ts_rounded)
+            [ev.names[i] for i in ev.cat], ev.dropped, ev.clamped, ev.ts_rounded, ev.annotation_tid)
 
 
 @_needs_msgspec

@@ -8,7 +8,8 @@ Run with HTA installed in its own virtual environment (it is never a dependency 
 For every trace set (a folder of per-rank files) under the first argument it writes, under the
 same relative path in the second: queue_length_summary.csv, queue_full_blocked.csv,
 memory_bw_summary.csv, potential_stragglers.json, aten_op_kernels_rank<r>.csv,
-gpu_user_annotation_breakdown.csv, queue_length_series_rank<r>.csv and memory_bw_series_rank<r>.csv
+gpu_user_annotation_breakdown.csv, kernels_per_annotation.csv (HTA's per-kernel table of
+get_gpu_kernels_with_user_annotations, counted and summed per annotation), queue_length_series_rank<r>.csv and memory_bw_series_rank<r>.csv
 (only when under 300 kB: the larger series are checked through their summaries), and
 run_info.json with each call, its wall
 time and its error (HTA raises on some sets; the error is the reference then).
@@ -92,6 +93,17 @@ def run_set(trace_dir: str, out: str) -> None:
                 if os.path.getsize(path) > 300_000:
                     os.unlink(path)
 
+    def kernels_per_annotation():
+        tables = []
+        for r in ranks:
+            df = a.get_gpu_kernels_with_user_annotations(rank=r, expand_names=True, shortern_names=False)
+            if df is not None:
+                g = df.groupby("s_user_annotation")["dur"].agg(["count", "sum"]).reset_index()
+                g.insert(0, "rank", r)
+                tables.append(g)
+        if tables:
+            pd.concat(tables).to_csv(os.path.join(out, "kernels_per_annotation.csv"), index=False)
+
     def annotations():
         df = a.get_gpu_user_annotation_breakdown(visualize=False)
         if df is not None:
@@ -107,6 +119,8 @@ def run_set(trace_dir: str, out: str) -> None:
              f"get_memory_bw_time_series(ranks={ranks})", series)
         step("get_gpu_user_annotation_breakdown", "get_gpu_user_annotation_breakdown(visualize=False)  "
              "# use_gpu_annotation=True, duration_ratio=0.8, num_kernels=1000", annotations)
+        step("get_gpu_kernels_with_user_annotations", f"get_gpu_kernels_with_user_annotations(rank=r, "
+             f"expand_names=True, shortern_names=False) for r in {ranks}", kernels_per_annotation)
         step("get_aten_op_kernels_and_delay", f"get_aten_op_kernels_and_delay(ranks={ranks})", aten)
     info = {"trace_dir": trace_dir, "ranks": ranks, "hta_version": "0.5.0", "pandas": pd.__version__,
             "python": platform.python_version(), "cpu_count": os.cpu_count(), "steps": steps}
