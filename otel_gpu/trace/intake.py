@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from array import array
+from operator import attrgetter
 
 import numpy as np
 
@@ -41,6 +42,7 @@ ID_CLAMPED = "stream/correlation/external id beyond int64 (set to -1)"
 BW_CLAMPED = "memory bandwidth not a finite number >= 0 (set to 0)"
 BW_ARG = "memory bandwidth (GB/s)"
 GPU_ANNOTATION = "gpu_user_annotation"
+_get_ts = attrgetter("ts")
 
 
 def _int_or(v, default: int = -1) -> int:
@@ -119,11 +121,12 @@ class Collector:
             for x in pair:
                 if x not in sym:
                     sym[x] = len(sym)
-        tids = self.annotation_tid
-        for i, e in zip(kept_pos, kept):
-            if e.cat == GPU_ANNOTATION:
-                tids[base + i] = e.tid
-        if not self.flags["ts_float"] and any(type(e.ts) is not int for e in events):
+        if GPU_ANNOTATION in cats:  # a C-level scan; the loop only where annotations are
+            tids = self.annotation_tid
+            for i, e in zip(kept_pos, kept):
+                if e.cat == GPU_ANNOTATION:
+                    tids[base + i] = e.tid
+        if not self.flags["ts_float"] and set(map(type, map(_get_ts, events))) - {int}:
             self.flags["ts_float"] = True
         self.count[0] = base + len(events)
         self.index.frombytes((np.array(kept_pos, dtype=np.int64) + base).tobytes())
