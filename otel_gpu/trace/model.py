@@ -212,7 +212,7 @@ def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None 
         ev = events[rank]
         gpu = _is_gpu(ev)
         rows = _filter_rows(ev, gpu) if filtered else np.arange(len(ev), dtype=np.int64)
-        small = len(ev) < (1 << 31)  # positions fit int32: half the memory per row
+        small = ev.index.dtype == np.int32  # file positions (and so row numbers) fit int32: half the memory
         ic = _index_correlation(ev, gpu)
         views[rank] = RankView(rank, ev, rows.astype(np.int32) if small else rows,
                                ic.astype(np.int32) if small else ic, last_step_dropped=filtered)
