@@ -4,7 +4,8 @@
 
 Ours runs as `python -m otel_gpu.trace analyze DIR --csv OUT --quiet` (the trace command alone).
 Each run is a fresh subprocess; wall time is end to end (load plus temporal, kernel, idle-time,
-overlap and launch analyses; ours also writes every CSV and runs the findings), peak RSS is the
+overlap, launch, queue-length, memory-bandwidth and potential-straggler analyses; ours also runs
+the ATen-op table, the findings and the cross-rank summary and writes every CSV), peak RSS is the
 command's ru_maxrss as GNU time reports it (the largest of the process and its reaped
 workers; both tools parse ranks in fork-pool workers, one per core). HTA is installed into its own
 venv when missing. After timing, the numbers of both tools are compared (percentages within
@@ -29,13 +30,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STDLIB_JSON = False
 TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else shutil.which("time")
 HTA_SCRIPT = r"""
-import sys, os
+import sys, os, json
 from hta.trace_analysis import TraceAnalysis
 d, out = sys.argv[1], sys.argv[2]
 a = TraceAnalysis(trace_dir=d)
 ranks = sorted(a.t.traces)
 def save(df, name):
     if df is not None: df.to_csv(os.path.join(out, name))
+def save_flat(df, name):  # describe() tables: flat headers
+    if df is not None:
+        df = df.copy(); df.columns = [c[1] if isinstance(c, tuple) else c for c in df.columns]
+        df.reset_index().to_csv(os.path.join(out, name), index=False)
+def stragglers():
+    got = [int(r) for r in a.get_potential_stragglers()]
+    with open(os.path.join(out, "potential_stragglers.json"), "w") as fh:
+        json.dump(got, fh)
 for step, call in [
     ("temporal", lambda: save(a.get_temporal_breakdown(visualize=False), "temporal_breakdown.csv")),
     ("kernels", lambda: [save(x, n) for x, n in zip(a.get_gpu_kernel_breakdown(visualize=False, include_memory_kernels=True),
@@ -45,6 +54,9 @@ for step, call in [
     ("overlap", lambda: save(a.get_comm_comp_overlap(visualize=False), "comm_comp_overlap.csv")),
     ("launch", lambda: [save(df, f"cuda_kernel_launch_stats_rank{r}.csv") for r, df in
                         a.get_cuda_kernel_launch_stats(ranks=ranks, visualize=False).items()]),
+    ("queue", lambda: save_flat(a.get_queue_length_summary(ranks=ranks), "queue_length_summary.csv")),
+    ("membw", lambda: save_flat(a.get_memory_bw_summary(ranks=ranks), "memory_bw_summary.csv")),
+    ("stragglers", stragglers),
 ]:
     try:
         call()
@@ -171,6 +183,16 @@ def compare(hta_dir: str, ours_dir: str) -> list[str]:
     check("idle_time_interval_stats.csv", [("idle_category", "idle_category"), ("rank", "rank"), ("stream", "stream")],
           [(c, c, 0.01) for c in ("count", "mean", "std", "min", "25%", "50%", "75%", "max")])
     check("comm_comp_overlap.csv", [("rank", "rank")], [("comp_comm_overlap_pctg", "comp_comm_overlap_pctg", 0.01)])
+    stats = [(c, c, 1e-6) for c in ("count", "mean", "std", "min", "25%", "50%", "75%", "max")]
+    check("queue_length_summary.csv", [("rank", "rank"), ("stream", "stream")], stats)
+    check("memory_bw_summary.csv", [("rank", "rank"), ("name", "name")], stats)
+    hs = os.path.join(hta_dir, "potential_stragglers.json")
+    if os.path.exists(hs):
+        want = json.load(open(hs))
+        got = [int(r["rank"]) for r in _rows(os.path.join(ours_dir, "potential_stragglers.csv")) or []
+               if r["potential_straggler"] == "True"]
+        if sorted(want) != sorted(got):
+            bad.append(f"potential stragglers: {want} vs {got}")
     for f in sorted(os.listdir(hta_dir)):
         if f.startswith("cuda_kernel_launch_stats_rank"):
             check(f, [("correlation", "correlation")],

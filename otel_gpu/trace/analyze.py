@@ -5,8 +5,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import breakdown, idle, launch
-from .findings import Thresholds, find_antipatterns, thresholds_dict
+from . import annotations, aten_ops, breakdown, counters, idle, launch, stragglers
+from .findings import Thresholds, check_ranks, thresholds_dict
+from .grouping import group_findings
 from .model import TraceSet
 from .steps import cross_rank_summary
 
@@ -21,7 +22,19 @@ class Options:
     consecutive_kernel_delay: float = 30
     runtime_cutoff: float = 50
     launch_delay_cutoff: float = 100
+    max_queue_length: int = counters.CUDA_MAX_LAUNCH_QUEUE
+    straggler_candidates: int = 2
     thresholds: Thresholds = field(default_factory=Thresholds)
+
+
+def _for_csv(pairs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """What the CSV needs of the launch pairs (their rows served the findings); durations as
+    float32 where that is exact (whole microseconds always are): less memory on many ranks."""
+    out = {"correlation": pairs["correlation"]}
+    for c in ("cpu_duration", "gpu_duration", "launch_delay"):
+        narrow = pairs[c].astype(np.float32)
+        out[c] = narrow if np.array_equal(narrow, pairs[c]) else pairs[c]
+    return out
 
 
 def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
@@ -48,8 +61,22 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
     if not any(temporal.values()):
         notes.append("no GPU kernels in any rank: temporal, kernel, idle, overlap and launch analyses "
                      "have nothing to measure (HTA 0.5.0 fails here); CPU-side steps and findings follow")
+    queue = [r for v in views for r in counters.queue_length_summary(v)]
+    blocked = [r for v in views for r in counters.blocked_on_full_queue(v, opts.max_queue_length)]
+    membw = [r for v in views for r in counters.memory_bw_summary(v)]
+    aten: list[dict] = []
+    pooled: dict = {}  # the all-ranks table, accumulated rank by rank (per-launch rows are not kept)
+    for v in views:
+        instances = aten_ops.aten_op_instances(aten_ops.aten_op_launches(v))
+        aten += [{"rank": v.rank, **row} for row in aten_ops.summarize_instances(instances)]
+        aten_ops.group_instances(instances, pooled)
+    aten_all = aten_ops.summarize_groups(pooled)
+    potential = stragglers.potential_stragglers(views, opts.straggler_candidates) if len(views) > 1 else \
+        {"ranks": [], "counts": {}, "error": "one rank"}
     cross = cross_rank_summary(views, [t for t in temporal.values() if t])
-    findings, checks = find_antipatterns(views, temporal, idle_rows, opts.thresholds)
+    checks = check_ranks(views, temporal, idle_rows, opts.thresholds)
+    pairs = {r: _for_csv(p) for r, p in pairs.items()}
+    findings = group_findings(checks, opts.thresholds)
     return {
         "trace_dir": ts.path,
         "ranks": [v.rank for v in views],
@@ -63,11 +90,20 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "idle_interval_stats": idle_stats,
         "comm_comp_overlap": overlap,
         "launch_stats": launch_rows,
+        "queue_length_summary": queue,
+        "queue_full_blocked": blocked,
+        "memory_bw_summary": membw,
+        "potential_stragglers": potential,
+        "gpu_user_annotation_breakdown": annotations.user_annotation_breakdown(views),
+        "kernels_per_annotation": [r for v in views for r in annotations.kernels_per_annotation(v)],
+        "aten_op_kernels": aten,
+        "aten_op_kernels_all_ranks": aten_all,
         "cross_rank": cross,
         "findings": findings,
         "checks": checks,
         "thresholds": thresholds_dict(opts.thresholds),
         "_launch_pairs": pairs,
+        "_views": views,  # for the per-rank time-series CSVs, made when written
     }
 
 

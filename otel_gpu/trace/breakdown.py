@@ -109,7 +109,7 @@ def group_stats(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, ...]:
     return (k[starts], counts, sums, np.maximum.reduceat(v, starts), np.minimum.reduceat(v, starts), means, std)
 
 
-def _aggregate(names: list[str], name_ids: np.ndarray, durs: np.ndarray, num_kernels: int,
+def aggregate_by_name(names: list[str], name_ids: np.ndarray, durs: np.ndarray, num_kernels: int,
                duration_ratio: float) -> list[dict]:
     """HTA's per-name aggregation with the tail folded into "others"."""
     if len(name_ids) == 0:
@@ -151,7 +151,7 @@ def kernel_breakdown(views: list[RankView], num_kernels: int = 10, duration_rati
             by_type[label] = by_type.get(label, 0) + t
         for t in types:
             m = k["type"] == t
-            for row in _aggregate(v.names, k["name"][m], k["dur"][m], num_kernels, duration_ratio):
+            for row in aggregate_by_name(v.names, k["name"][m], k["dur"][m], num_kernels, duration_ratio):
                 row.update(kernel_type=t, rank=v.rank)
                 kernels.append(row)
     labels = sorted(by_type)

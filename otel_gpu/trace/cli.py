@@ -7,24 +7,90 @@ HTA 0.5.0's semantics (see docs/trace.md). diff: per-op and per-kernel changes b
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 
 from ..errors import UsageError
 
 
+_RANK_PART = re.compile(r"(\d{1,9})(?:\s*-\s*(\d{1,9}))?", re.ASCII)
+MAX_RANK = 1 << 20  # more ranks than any job has; a typo like 0-10000000 is refused early
+
+
 def _ranks(text: str) -> list[int]:
+    """``0,1,4-7`` -> [0, 1, 4, 5, 6, 7] (sorted, unique); ranks from 0 to MAX_RANK."""
+    bad = argparse.ArgumentTypeError(f"bad rank list {text[:40]!r} (e.g. 0,1,4-7; ranks 0 to {MAX_RANK})")
+    out: set[int] = set()
+    for part in text.split(","):
+        m = _RANK_PART.fullmatch(part.strip())
+        if m is None:
+            raise bad
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo or hi > MAX_RANK:
+            raise bad
+        out.update(range(lo, hi + 1))
+    return sorted(out)
+
+
+def _count(text: str) -> int:
+    """A positive integer flag (1 to 1,000,000)."""
     try:
-        out: list[int] = []
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part[1:]:
-                lo, hi = part.split("-", 1)
-                out += list(range(int(lo), int(hi) + 1))
-            elif part:
-                out.append(int(part))
-        return out
+        n = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"bad rank list {text!r} (e.g. 0,1,4-7)") from None
+        raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
+    if not 1 <= n <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"must be 1 to 1000000, got {n}")
+    return n
+
+
+def _micros(text: str) -> float:
+    """A finite, non-negative time in microseconds."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
+    if not 0 <= x < 1e15:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be a finite number of microseconds >= 0, got {text[:40]!r}")
+    return x
+
+
+def _ratio(text: str) -> float:
+    """A share in (0, 1]."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
+    if not 0 < x <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text[:40]!r}")
+    return x
+
+
+def _percent(text: str) -> float:
+    """A share in percent, 0 to 100."""
+    try:
+        x = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text[:40]!r}") from None
+    if not 0 <= x <= 100:
+        raise argparse.ArgumentTypeError(f"must be a percentage from 0 to 100, got {text[:40]!r}")
+    return x
+
+
+def check_outputs(json_path: str | None, csv_dir: str | None) -> None:
+    """Refuse output paths that cannot be written, before any work: UsageError naming the flag."""
+    for flag, path, is_dir in (("--json", json_path, False), ("--csv", csv_dir, True)):
+        if not path:
+            continue
+        parent = os.path.dirname(os.path.abspath(path))
+        if not is_dir and os.path.isdir(path):
+            raise UsageError(f"{flag} {path}: is a folder; give a file name")
+        if is_dir and os.path.exists(path) and not os.path.isdir(path):
+            raise UsageError(f"{flag} {path}: exists and is not a folder")
+        if not os.path.isdir(parent):
+            raise UsageError(f"{flag} {path}: folder {parent} does not exist")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise UsageError(f"{flag} {path}: folder {parent} is not writable")
 
 
 def register(sub) -> None:
@@ -39,17 +105,20 @@ def register(sub) -> None:
     a.add_argument("--csv", dest="csv_dir", metavar="DIR", help="write one CSV per table into DIR")
     a.add_argument("--include-last-step", action="store_true",
                    help="keep kernels of the last ProfilerStep (HTA drops them by default)")
-    a.add_argument("--top", type=int, default=10, help="rows of the top-kernel table (default 10)")
-    a.add_argument("--jobs", type=int, default=None,
+    a.add_argument("--top", type=_count, default=10, help="rows of the top-kernel table (default 10)")
+    a.add_argument("--jobs", type=_count, default=None,
                    help="processes reading files (default: one per core for sets over 4 MB, else 1)")
-    a.add_argument("--num-kernels", type=int, default=10, help="kernels kept per rank and type (HTA: 10)")
-    a.add_argument("--duration-ratio", type=float, default=0.8,
+    a.add_argument("--num-kernels", type=_count, default=10, help="kernels kept per rank and type (HTA: 10)")
+    a.add_argument("--duration-ratio", type=_ratio, default=0.8,
                    help="kernels past this share of cumulative time go to 'others' (HTA: 0.8)")
-    a.add_argument("--kernel-delay", type=float, default=30,
+    a.add_argument("--kernel-delay", type=_micros, default=30,
                    help="gap (us) under which idle time is kernel wait (HTA: 30)")
-    a.add_argument("--runtime-cutoff", type=float, default=50, help="launch call (us) counted as outlier (HTA: 50)")
-    a.add_argument("--launch-delay-cutoff", type=float, default=100,
+    a.add_argument("--runtime-cutoff", type=_micros, default=50, help="launch call (us) counted as outlier (HTA: 50)")
+    a.add_argument("--launch-delay-cutoff", type=_micros, default=100,
                    help="launch delay (us) counted as outlier (HTA: 100)")
+    a.add_argument("--min-impact", type=_percent, default=1.0, metavar="PCT",
+                   help="report a finding only when its time at stake is at least PCT %% of the span analysed "
+                        "(GPU span; steps on CPU-only traces); default 1")
     a.add_argument("--quiet", action="store_true", help="no terminal tables")
     a.set_defaults(func=run_analyze)
 
@@ -58,7 +127,7 @@ def register(sub) -> None:
     d.add_argument("b", help="new trace folder")
     d.add_argument("--json", dest="json_out", metavar="OUT", help="write the diff as JSON")
     d.add_argument("--csv", dest="csv_dir", metavar="DIR", help="write trace_diff.csv into DIR")
-    d.add_argument("--top", type=int, default=20, help="rows shown in the terminal (default 20)")
+    d.add_argument("--top", type=_count, default=20, help="rows shown in the terminal (default 20)")
     d.add_argument("--quiet", action="store_true", help="no terminal table")
     d.set_defaults(func=run_diff)
 
@@ -73,6 +142,20 @@ def _load(path: str, ranks=None, include_last_step: bool = False, jobs: int | No
         raise UsageError(str(exc)) from None
 
 
+def _write(args, doc: dict, files: dict[str, str] | None) -> bool:
+    """Write the outputs; a failure while writing (disk full, permissions changed) is a runtime
+    failure: one line on stderr, nothing half-written left behind, False."""
+    from .report import write_outputs
+
+    try:
+        write_outputs(args.json_out, doc, args.csv_dir, files)
+    except OSError as exc:
+        print(f"otel-gpu trace: cannot write outputs: {exc.strerror or exc} ({exc.filename or ''})",
+              file=sys.stderr)
+        return False
+    return True
+
+
 def _console():
     from rich.console import Console
 
@@ -81,19 +164,18 @@ def _console():
 
 def run_analyze(args) -> int:
     from .analyze import Options, analyze
-    from .report import csv_files, render_analysis, write_outputs
+    from .report import csv_files, render_analysis
 
-    if args.jobs is not None and args.jobs < 1:
-        raise UsageError("--jobs must be at least 1")
-    if args.num_kernels < 1 or not 0 < args.duration_ratio <= 1:
-        raise UsageError("--num-kernels must be >= 1 and --duration-ratio in (0, 1]")
+    check_outputs(args.json_out, args.csv_dir)
     opts = Options(num_kernels=args.num_kernels, duration_ratio=args.duration_ratio,
                    consecutive_kernel_delay=args.kernel_delay, runtime_cutoff=args.runtime_cutoff,
                    launch_delay_cutoff=args.launch_delay_cutoff)
     opts.thresholds.runtime_cutoff_us = args.runtime_cutoff
+    opts.thresholds.min_time_share_pct = args.min_impact
     ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs)
     doc = analyze(ts, opts)
-    write_outputs(args.json_out, doc, args.csv_dir, csv_files(doc) if args.csv_dir else None)
+    if not _write(args, doc, csv_files(doc) if args.csv_dir else None):
+        return 1
     if not args.quiet:
         render_analysis(doc, _console(), top=args.top)
     return 0
@@ -101,12 +183,14 @@ def run_analyze(args) -> int:
 
 def run_diff(args) -> int:
     from .diff import diff_sets
-    from .report import diff_csv, render_diff, write_outputs
+    from .report import diff_csv, render_diff
 
+    check_outputs(args.json_out, args.csv_dir)
     a = _load(args.a)
     b = _load(args.b)
     doc = diff_sets(a, b)
-    write_outputs(args.json_out, doc, args.csv_dir, diff_csv(doc) if args.csv_dir else None)
+    if not _write(args, doc, diff_csv(doc) if args.csv_dir else None):
+        return 1
     if not args.quiet:
         render_diff(doc, _console(), top=args.top)
     return 0

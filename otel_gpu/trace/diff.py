@@ -2,7 +2,9 @@
 
 Both sets are loaded as for ``analyze`` (HTA's last-step rule), summed over their ranks, and
 divided by the number of ranks so runs of different sizes compare per rank. Rows are sorted
-by impact: the absolute change of total time.
+by impact: the absolute change of total time. Nanosecond traces are rounded to whole us as HTA
+does (start up, end down); an event shorter than 1 us then lasts 0 us (the reader's rule), so
+no total is negative; the notes of both loads say how many there were.
 """
 from __future__ import annotations
 
@@ -42,6 +44,8 @@ def diff_sets(a: TraceSet, b: TraceSet, top: int | None = None) -> dict:
     va, vb = list(a.ranks.values()), list(b.ranks.values())
     na, nb = max(1, len(va)), max(1, len(vb))
     ag, bg = _aggregate(va), _aggregate(vb)
+    notes = [f"{label}: {n}" for label, ts in (("A", a), ("B", b)) for n in ts.notes
+             if "shorter than 1 us" in n or "not analysed" in n]
     rows = []
     for key in set(ag) | set(bg):
         ca, ta = (x / na for x in ag.get(key, [0.0, 0.0]))
@@ -65,4 +69,4 @@ def diff_sets(a: TraceSet, b: TraceSet, top: int | None = None) -> dict:
                 "idle_time_pctg": float(np.mean([x["idle_time_pctg"] for x in t])),
                 "compute_time_pctg": float(np.mean([x["compute_time_pctg"] for x in t]))}
     return {"a": a.path, "b": b.path, "ranks_a": len(va), "ranks_b": len(vb),
-            "summary_a": span(va), "summary_b": span(vb), "rows": rows}
+            "summary_a": span(va), "summary_b": span(vb), "notes": notes, "rows": rows}

@@ -1,7 +1,8 @@
-"""Anti-pattern findings: what the trace shows, where, the time at stake (us) and the usual fix.
+"""Anti-pattern checks per rank: what the trace shows, where, the time at stake (us) and the usual fix.
 
 Every check is evaluated per rank and reported in ``checks`` (measured value vs threshold,
-triggered or not); triggered ones become findings sorted by time at stake.
+time at stake and its share of the rank's analysed span); :mod:`.grouping` turns the ones that
+trigger with enough time at stake into findings grouped across ranks.
 """
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ class Thresholds:
     alloc_per_step: float = 1.0
     alloc_min_count: int = 10
     pageable_min_count: int = 1
+    min_time_share_pct: float = 1.0  # report only when time at stake >= this % of the analysed span
+    link_min_share_pct: float = 10.0  # cause -> GPU idle link when the cause explains >= this % of the idle
 
 
 def _names_of(v: RankView, rows: np.ndarray, top: int = 5) -> list[list]:
@@ -97,25 +100,69 @@ def _steps_of(v: RankView, rows: np.ndarray, windows) -> list[int]:
     return sorted(set(steps[steps >= 0].tolist()))
 
 
+def _gaps(k: dict) -> tuple[np.ndarray, np.ndarray]:
+    """GPU idle gaps of a rank: (start us, end us) between merged kernel intervals."""
+    s, e = merge_intervals(k["ts"], k["end"])
+    return e[:-1].astype(np.float64), s[1:].astype(np.float64)
+
+
+def _overlap(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> float:
+    """Total overlap (us) of intervals [a0, a1) with the disjoint sorted intervals [b0, b1)."""
+    if not len(a0) or not len(b0):
+        return 0.0
+    cover = np.r_[0.0, np.cumsum(b1 - b0)]
+
+    def before(t: np.ndarray) -> np.ndarray:  # covered time before t
+        j = np.searchsorted(b0, t, "right")
+        jm = np.maximum(j - 1, 0)
+        inside = np.clip(np.minimum(t, b1[jm]) - b0[jm], 0, None)
+        return np.where(j > 0, cover[jm] + inside, 0.0)
+    return float((before(a1) - before(a0)).sum())
+
+
+def _gap_starts_inside(gap_s: np.ndarray, gap_e: np.ndarray, call_s: np.ndarray, call_e: np.ndarray) -> float:
+    """Idle time (us) of the gaps that begin while one of the calls runs (the GPU drained during it)."""
+    if not len(gap_s) or not len(call_s):
+        return 0.0
+    cs, ce = merge_intervals(call_s, call_e)
+    j = np.searchsorted(cs, gap_s, "right") - 1
+    inside = (j >= 0) & (gap_s <= ce[np.maximum(j, 0)])
+    return float((gap_e - gap_s)[inside].sum())
+
+
 class _Checker:
-    def __init__(self, v: RankView, th: Thresholds):
+    def __init__(self, v: RankView, th: Thresholds, temporal: dict | None):
         self.v, self.th = v, th
         self.windows = step_windows(v)
         self.nsteps = max(1, len({w[0] for w in self.windows}))
         self.ops = _op_by_external_id(v)
+        self.k = gpu_kernels(v)
+        self.gap_s, self.gap_e = _gaps(self.k)
+        self.span_us, self.span_kind = self._span(temporal)
         self.checks: list[dict] = []
-        self.findings: list[dict] = []
+
+    def _span(self, temporal: dict | None) -> tuple[float, str]:
+        """What time at stake is a share of: the GPU span, else the analysed steps, else the trace."""
+        if temporal and temporal["kernel_time_us"] > 0:
+            return float(temporal["kernel_time_us"]), "GPU span"
+        if self.windows:
+            return float(sum(b - a for _, a, b in self.windows)), "steps"
+        ts = self.v.ev.ts[self.v.rows].astype(np.float64)
+        end = ts + np.maximum(self.v.ev.dur[self.v.rows], 0)
+        return (float(end.max() - ts.min()) if len(ts) else 0.0), "trace"
+
+    def per_step(self, label: str) -> str:
+        return f"{label} per step" if self.windows else f"{label} in the trace (no ProfilerStep)"
 
     def report(self, pattern: str, indicator: str, value: float, threshold: float, triggered: bool,
-               where: dict | None = None, at_stake: float = 0.0) -> None:
+               where: dict | None = None, at_stake: float = 0.0, **evidence) -> None:
+        share = 100.0 * at_stake / self.span_us if self.span_us > 0 else 0.0
         self.checks.append({"pattern": pattern, "rank": self.v.rank, "indicator": indicator,
-                            "value": round(float(value), 3), "threshold": threshold, "triggered": bool(triggered)})
-        if triggered:
-            self.findings.append({"pattern": pattern, "title": TITLES[pattern], "rank": self.v.rank,
-                                  "indicator": {"name": indicator, "value": round(float(value), 3),
-                                                "threshold": threshold},
-                                  "where": where or {}, "time_at_stake_us": round(float(at_stake), 1),
-                                  "fix": FIXES[pattern]})
+                            "value": round(float(value), 3), "threshold": threshold, "triggered": bool(triggered),
+                            "time_at_stake_us": round(float(at_stake), 1), "span_us": round(self.span_us, 1),
+                            "span": self.span_kind, "share_of_span_pct": round(share, 3),
+                            "reported": bool(triggered) and share >= self.th.min_time_share_pct,
+                            "where": where or {}, **{k: round(float(x), 1) for k, x in evidence.items()}})
 
     def rows_named(self, names, rows: np.ndarray | None = None) -> np.ndarray:
         rows = self.v.rows if rows is None else rows
@@ -133,8 +180,12 @@ class _Checker:
                  "steps": _steps_of(self.v, p["cpu_rows"][short], self.windows), "count": int(short.sum()),
                  "launches": n}
         at_stake = float((p["cpu_duration"][short] - p["gpu_duration"][short]).sum())
+        # GPU idle that ends when a short kernel starts: the GPU was waiting for its launch
+        short_starts = np.sort((self.v.ev.ts[g] - self.v.ts0).astype(np.float64))
+        waiting = np.isin(self.gap_e, short_starts)
         self.report("many_short_kernels", "short kernels, % of launches", share,
-                    self.th.short_kernel_share_pct, hit, where, at_stake)
+                    self.th.short_kernel_share_pct, hit, where, at_stake,
+                    idle_caused_us=float((self.gap_e - self.gap_s)[waiting].sum()))
 
     def syncs(self) -> None:
         rt = self.rows_named(RUNTIME_SYNC)
@@ -143,11 +194,23 @@ class _Checker:
         ops = _ops_of(self.v, rows, self.ops) if len(rt) else _names_of(self.v, rows)
         where = {"ops": ops, "calls": _names_of(self.v, rows), "steps": _steps_of(self.v, rows, self.windows),
                  "count": int(len(rows))}
-        self.report("too_many_syncs", "host syncs per step", per_step, self.th.syncs_per_step,
-                    per_step > self.th.syncs_per_step, where, float(np.maximum(self.v.ev.dur[rows], 0).sum()))
+        s0, s1 = self.intervals(rows)
+        comm = self.k["type"] == COMMUNICATION
+        c0, c1 = merge_intervals(self.k["ts"][comm], self.k["end"][comm])
+        nccl_wait = _overlap(s0, s1, c0.astype(np.float64), c1.astype(np.float64))
+        total = float((s1 - s0).sum())
+        # waiting for a collective is not recovered by removing the sync: left out of the time at stake
+        self.report("too_many_syncs", self.per_step("host syncs"), per_step, self.th.syncs_per_step,
+                    per_step > self.th.syncs_per_step, where, max(0.0, total - nccl_wait),
+                    nccl_wait_us=nccl_wait, idle_caused_us=_gap_starts_inside(self.gap_s, self.gap_e, s0, s1))
+
+    def intervals(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start, end) us of rows, relative to the set's start."""
+        s0 = (self.v.ev.ts[rows] - self.v.ts0).astype(np.float64)
+        return s0, s0 + np.maximum(self.v.ev.dur[rows], 0)
 
     def nccl(self, temporal: dict | None) -> None:
-        k = gpu_kernels(self.v)
+        k = self.k
         comm = k["type"] == COMMUNICATION
         if not comm.any() or not temporal:
             self.report("unhidden_nccl", "exposed communication, % of GPU span", 0.0,
@@ -178,9 +241,8 @@ class _Checker:
         if not temporal:
             self.report("long_gpu_idle", "GPU idle, % of GPU span", 0.0, self.th.idle_pct, False)
             return
-        k = gpu_kernels(self.v)
-        s, e = merge_intervals(k["ts"], k["end"])
-        gaps = s[1:] - e[:-1]
+        e = self.gap_s
+        gaps = self.gap_e - self.gap_s
         top = np.argsort(-gaps, kind="stable")[:5]
         by_cat = Counter()
         for r in idle_rows:
@@ -191,20 +253,25 @@ class _Checker:
                                   for i in top if gaps[i] > 0],
                  "stream_idle_by_category_us": dict(by_cat.most_common())}
         pct = temporal["idle_time_pctg"]
+        pct = 0.0 if pct != pct else pct  # no span (a single instant): nothing idle
         self.report("long_gpu_idle", "GPU idle, % of GPU span", pct, self.th.idle_pct, pct >= self.th.idle_pct,
                     where, temporal["idle_time_us"])
 
     def alloc(self) -> None:
         rows = self.rows_named(ALLOC_CALLS)
-        steps = step_of((self.v.ev.ts[rows] - self.v.ts0).astype(np.float64), self.windows)
-        first = min((w[0] for w in self.windows), default=None)
-        later = rows[steps != first] if first is not None else rows
-        per_step = len(later) / max(1, self.nsteps - (1 if first is not None else 0))
+        if self.nsteps > 1:  # the first step allocates legitimately: count the later ones
+            steps = step_of((self.v.ev.ts[rows] - self.v.ts0).astype(np.float64), self.windows)
+            later = rows[steps != min(w[0] for w in self.windows)]
+            per_step = len(later) / (self.nsteps - 1)
+            label = "malloc/free calls per step (after the first)"
+        else:
+            later, per_step, label = rows, float(len(rows)), self.per_step("malloc/free calls")
         hit = len(later) >= self.th.alloc_min_count and per_step > self.th.alloc_per_step
         where = {"calls": _names_of(self.v, rows), "ops": _ops_of(self.v, rows, self.ops),
                  "steps": _steps_of(self.v, rows, self.windows), "count": int(len(rows))}
-        self.report("alloc_thrash", "malloc/free calls per step (after the first)", per_step,
-                    self.th.alloc_per_step, hit, where, float(np.maximum(self.v.ev.dur[rows], 0).sum()))
+        s0, s1 = self.intervals(later)
+        self.report("alloc_thrash", label, per_step, self.th.alloc_per_step, hit, where, float((s1 - s0).sum()),
+                    idle_caused_us=_gap_starts_inside(self.gap_s, self.gap_e, s0, s1))
 
     def pageable(self) -> None:
         ids = [i for i, n in enumerate(self.v.names) if "HtoD" in n and "Pageable" in n]
@@ -216,24 +283,21 @@ class _Checker:
                     len(rows) >= self.th.pageable_min_count, where, float(np.maximum(self.v.ev.dur[rows], 0).sum()))
 
 
-def find_antipatterns(views: list[RankView], temporal: dict[int, dict | None], idle_rows: list[dict],
-                      th: Thresholds | None = None) -> tuple[list[dict], list[dict]]:
-    """(findings sorted by time at stake, every check with its measured value)."""
+def check_ranks(views: list[RankView], temporal: dict[int, dict | None], idle_rows: list[dict],
+                th: Thresholds | None = None) -> list[dict]:
+    """Every check on every rank, with its measured value, time at stake and evidence."""
     th = th or Thresholds()
-    findings: list[dict] = []
     checks: list[dict] = []
     for v in views:
-        c = _Checker(v, th)
+        c = _Checker(v, th, temporal.get(v.rank))
         c.short_kernels()
         c.syncs()
         c.nccl(temporal.get(v.rank))
         c.idle(temporal.get(v.rank), idle_rows)
         c.alloc()
         c.pageable()
-        findings += c.findings
         checks += c.checks
-    findings.sort(key=lambda f: -f["time_at_stake_us"])
-    return findings, checks
+    return checks
 
 
 def thresholds_dict(th: Thresholds) -> dict:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import re
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
-from .parse import RankEvents, TraceFormatError, read_trace
+from .parse import RankEvents, TraceFormatError, describe_counts, read_trace
 
 COMMUNICATION, MEMORY, COMPUTATION, OTHER = "COMMUNICATION", "MEMORY", "COMPUTATION", "OTHER"
 _COMM_RE = re.compile(r"^nccl.*Kernel")
@@ -103,7 +104,7 @@ def _is_gpu(ev: RankEvents) -> np.ndarray:
 def _index_correlation(ev: RankEvents, gpu: np.ndarray) -> np.ndarray:
     """HTA's index_correlation: for a CPU event the index of the last GPU event with its
     correlation, for a GPU event the last CPU one; 0 when unmatched, -1 without correlation."""
-    ic = np.minimum(ev.correlation, 0)
+    ic = np.minimum(ev.correlation, 0).astype(np.int64)
     has = ev.correlation != -1
     for src, dst in ((has & ~gpu, has & gpu), (has & gpu, has & ~gpu)):
         src_pos = np.flatnonzero(src)
@@ -172,7 +173,17 @@ def load_events(paths: list[str], jobs: int | None = None) -> tuple[dict[int, Ra
     out: dict[int, RankEvents] = {}
     notes: list[str] = []
     for ev in _read_all(paths, jobs):
+        ev.names = [sys.intern(n) for n in ev.names]  # ranks share their kernel and op names
         p = ev.path
+        if ev.dropped:
+            notes.append(f"{p}: {sum(ev.dropped.values())} events not analysed ({describe_counts(ev.dropped)})")
+        if ev.rounded_short:
+            notes.append(f"{p}: {ev.rounded_short} events shorter than 1 us end before they start once times are "
+                         "rounded to whole us (start up, end down, as HTA does for nanosecond traces): 0 us here, "
+                         "-1 us in HTA")
+        if ev.clamped:
+            notes.append(f"{p}: {sum(ev.clamped.values())} events kept with a field cleared "
+                         f"({describe_counts(ev.clamped)})")
         if ev.rank in out:
             notes.append(f"rank {ev.rank} appears in {out[ev.rank].path} and {p}; using {p}")
         out[ev.rank] = ev
@@ -201,7 +212,10 @@ def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None 
         ev = events[rank]
         gpu = _is_gpu(ev)
         rows = _filter_rows(ev, gpu) if filtered else np.arange(len(ev), dtype=np.int64)
-        views[rank] = RankView(rank, ev, rows, _index_correlation(ev, gpu), last_step_dropped=filtered)
+        small = ev.index.dtype == np.int32  # file positions (and so row numbers) fit int32: half the memory
+        ic = _index_correlation(ev, gpu)
+        views[rank] = RankView(rank, ev, rows.astype(np.int32) if small else rows,
+                               ic.astype(np.int32) if small else ic, last_step_dropped=filtered)
         if len(ev):
             m = int(ev.ts.min())
             ts0 = m if ts0 is None else min(ts0, m)
@@ -212,6 +226,13 @@ def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None 
     return TraceSet(path, views, notes, filtered)
 
 
+def _rank_list(ranks: list[int], shown: int = 8) -> str:
+    """[0, 1, 5] -> "[0, 1, 5]"; a long list is cut: "[0, 1, ... (1,000 ranks)]"."""
+    if len(ranks) <= shown:
+        return str(ranks)
+    return "[" + ", ".join(map(str, ranks[:shown])) + f", ... ({len(ranks):,} ranks)]"
+
+
 def load_set(directory: str, ranks: list[int] | None = None, include_last_step: bool = False,
              jobs: int | None = None) -> TraceSet:
     """Read and filter a folder of per-rank traces (optionally only some ranks)."""
@@ -219,6 +240,7 @@ def load_set(directory: str, ranks: list[int] | None = None, include_last_step: 
     if ranks:
         missing = sorted(set(ranks) - set(events))
         if missing:
-            raise TraceFormatError(f"{directory}: no trace for rank(s) {missing}; found {sorted(events)}")
+            raise TraceFormatError(f"{directory}: no trace for rank(s) {_rank_list(missing)}; "
+                                   f"found {_rank_list(sorted(events))}")
         events = {r: events[r] for r in ranks}
     return build_set(directory, events, notes, include_last_step)

@@ -11,23 +11,30 @@ import json
 import os
 import re
 import zlib
-from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 
-# optional fast decoder (pip install 'otel-gpu[trace]'); OTELGPU_TRACE_JSON=json forces the stdlib one
-_fast_json = None
-if os.environ.get("OTELGPU_TRACE_JSON", "").lower() != "json":
-    try:
-        import orjson as _fast_json
-    except ImportError:  # pragma: no cover - depends on the environment
-        _fast_json = None
+from .intake import JSON_BACKEND, TIME_LIMIT_US, Collector, decode_piece  # noqa: F401 (re-exported)
 
 CHUNK_CHARS = 1 << 22  # 4 Mi characters of text per read
 _WS = " \t\r\n"
+_NUMBER_TAIL = frozenset("0123456789.eE+-")
 _RANK_RE = re.compile(r'"rank":[^\S\n]+(\d+)')  # HTA's rank detection: first match, one line
+MAX_RANK = 1 << 24
+_MAX_INT_DIGITS = 40
+
+
+def _bounded_int(text: str):
+    """JSON integer literal -> int; longer than any int64 -> +-inf (then refused as out of range),
+    instead of Python's error on integers of more than 4300 digits."""
+    if len(text) <= _MAX_INT_DIGITS:
+        return int(text)
+    return float("-inf") if text.startswith("-") else float("inf")
+
+
 _DECODER = json.JSONDecoder()
+_SAFE_DECODER = json.JSONDecoder(parse_int=_bounded_int)
 
 
 class TraceFormatError(Exception):
@@ -54,11 +61,27 @@ class RankEvents:
     correlation: np.ndarray
     external_id: np.ndarray
     names: list[str]
+    bw_index: np.ndarray | None = None  # positions (into these arrays) of events with a memory bandwidth
+    bw_value: np.ndarray | None = None  # their args "memory bandwidth (GB/s)"
     meta: dict = field(default_factory=dict)
     ts_rounded: bool = False
+    dropped: dict = field(default_factory=dict)  # reason -> events not kept (see DROP_*)
+    clamped: dict = field(default_factory=dict)  # reason -> events kept with a field replaced
+    rounded_short: int = 0  # events whose rounded duration was below 0 us (kept as 0 us)
+    annotation_tid: dict = field(default_factory=dict)  # index of a GPU user annotation -> its tid (-1 if not int)
 
     def __len__(self) -> int:
         return len(self.index)
+
+    def memory_bw(self, rows: np.ndarray) -> np.ndarray:
+        """Memory bandwidth (GB/s) of the events at ``rows``; 0 where the event has none."""
+        out = np.zeros(len(rows), dtype=np.float64)
+        if self.bw_index is None or not len(self.bw_index) or not len(rows):
+            return out
+        j = np.minimum(np.searchsorted(self.bw_index, rows), len(self.bw_index) - 1)
+        hit = self.bw_index[j] == rows
+        out[hit] = self.bw_value[j[hit]]
+        return out
 
 
 class _Text:
@@ -103,7 +126,10 @@ class _Text:
             text = self._tail + chunk
             m = _RANK_RE.search(text)
             if m:
-                self.rank = int(m.group(1))
+                digits = m.group(1)
+                if len(digits) > 9 or int(digits) > MAX_RANK:
+                    raise self.error(f'"rank": {digits[:20]} is not a plausible rank (0 to {MAX_RANK})')
+                self.rank = int(digits)
             else:
                 self._tail = text[-64:]
         self.buf = self.buf[self.pos:] + chunk
@@ -132,113 +158,32 @@ class _Text:
     def value(self):
         """Decode one JSON value at the cursor, reading more text as needed."""
         self.skip_ws()
+        decoder = _DECODER
         while True:
             try:
-                val, end = _DECODER.raw_decode(self.buf, self.pos)
+                val, end = decoder.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as exc:
-                near_end = exc.pos > len(self.buf) - (1 << 20)
-                if near_end and self.more():  # the value continues in the next chunk
+                # a value cut by the end of the buffer fails near the end, or inside a string
+                # that started anywhere (a long stack or argument list): read on and retry
+                cut = exc.pos > len(self.buf) - (1 << 20) or exc.msg.startswith("Unterminated string")
+                if cut and self.more():
                     continue
                 if self.eof and (exc.msg.startswith("Unterminated") or not self.buf[exc.pos:].strip()):
                     raise self.error("truncated JSON (file ends inside a value)") from None
                 raise self.error(f"invalid JSON: {exc.msg} (character {exc.pos - self.pos} of an event)") from None
-            if end == len(self.buf) and not self.eof and self.more():
-                continue  # a number at the very end of the buffer may continue in the next chunk
+            except ValueError as exc:  # an integer literal of thousands of digits: Python refuses to convert it
+                if decoder is _SAFE_DECODER:
+                    raise self.error(f"invalid JSON: {exc}") from None
+                decoder = _SAFE_DECODER
+                continue
+            if not self.eof and (end == len(self.buf) or (type(val) in (int, float) and _NUMBER_TAIL.issuperset(
+                    self.buf[end:]))) and self.more():
+                continue  # a number at the end of the buffer ("0" or "0." of "0.25") may continue in the next chunk
             self.pos = end
             return val
 
     def error(self, msg: str) -> TraceFormatError:
         return TraceFormatError(f"{self.path}: {msg}")
-
-
-def _int_or(v, default: int = -1) -> int:
-    if type(v) is int:
-        return v
-    try:
-        return int(v)
-    except (ValueError, TypeError, OverflowError):
-        return default
-
-
-class _Collector:
-    """Accumulates the fields kept from each event into typed arrays (``add`` is a fast closure)."""
-
-    def __init__(self) -> None:
-        self.index = array("q")
-        self.ts = array("d")
-        self.dur = array("d")
-        self.name = array("i")
-        self.cat = array("i")
-        self.stream = array("q")
-        self.corr = array("q")
-        self.ext = array("q")
-        self.sym: dict[str, int] = {}
-        self.flags = {"ts_float": False}  # any ts fractional or missing -> HTA rounds
-        self.count = [0]
-        self.add = self._make_add()
-
-    @property
-    def ts_float(self) -> bool:
-        return self.flags["ts_float"]
-
-    def _make_add(self):
-        a_index, a_ts, a_dur = self.index.append, self.ts.append, self.dur.append
-        a_name, a_cat, a_stream = self.name.append, self.cat.append, self.stream.append
-        a_corr, a_ext = self.corr.append, self.ext.append
-        sym, flags, count = self.sym, self.flags, self.count
-        num = (int, float)
-
-        def add(e) -> None:
-            i = count[0]
-            count[0] = i + 1
-            if type(e) is not dict:
-                return
-            get = e.get
-            ts = get("ts")
-            if type(ts) is not int:
-                flags["ts_float"] = True
-                if type(ts) is not float:
-                    return
-            dur = get("dur")
-            cat = get("cat")
-            if dur is None or cat is None or cat == "Trace" or type(dur) not in num or dur != dur:
-                return
-            name = get("name")
-            if type(name) is not str:
-                name = str(name)
-            if type(cat) is not str:
-                cat = str(cat)
-            nid = sym.get(name)
-            if nid is None:
-                nid = sym[name] = len(sym)
-            cid = sym.get(cat)
-            if cid is None:
-                cid = sym[cat] = len(sym)
-            args = get("args")
-            if type(args) is dict:
-                aget = args.get
-                stream = aget("stream", -1)
-                if type(stream) is not int:
-                    stream = _int_or(stream)
-                corr = aget("correlation", -1)
-                if type(corr) is not int:
-                    corr = _int_or(corr)
-                ext = aget("External id")
-                if ext is None:
-                    ext = aget("external id", -1)
-                if type(ext) is not int:
-                    ext = _int_or(ext)
-            else:
-                stream = corr = ext = -1
-            a_index(i)
-            a_ts(ts)
-            a_dur(dur)
-            a_name(nid)
-            a_cat(cid)
-            a_stream(stream)
-            a_corr(corr)
-            a_ext(ext)
-        return add
 
 
 def _downcast_int(a: np.ndarray) -> np.ndarray:
@@ -264,7 +209,7 @@ def read_trace(path: str, chunk_chars: int = CHUNK_CHARS) -> RankEvents:
         text = _Text(path, chunk_chars)
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot open ({exc})") from None
-    col = _Collector()
+    col = Collector()
     meta: dict = {}
     found = False
     try:
@@ -301,11 +246,13 @@ def read_trace(path: str, chunk_chars: int = CHUNK_CHARS) -> RankEvents:
         text.close()
     if not found:
         raise TraceFormatError(f"{path}: no 'traceEvents' array: not a Kineto/Chrome trace")
+    if not len(col.index):
+        raise TraceFormatError(f"{path}: {_no_events(col)}: not a PyTorch profiler trace")
     rank = text.rank if text.rank is not None else 0
     return _finish(path, rank, col, meta)
 
 
-def _read_array(text: _Text, col: _Collector) -> None:
+def _read_array(text: _Text, col: Collector) -> None:
     text.expect("[")
     if text.skip_ws() == "]":
         text.pos += 1
@@ -314,7 +261,7 @@ def _read_array(text: _Text, col: _Collector) -> None:
     single = 0  # events left to decode one by one after a failed batch
     while True:
         if single <= 0:
-            if _batch(text, add):
+            if _batch(text, col):
                 continue
             single = 256
         single -= 1
@@ -327,12 +274,8 @@ def _read_array(text: _Text, col: _Collector) -> None:
             raise text.error("truncated JSON" if c == "" else f"invalid JSON in traceEvents: unexpected {c!r}")
 
 
-_loads = _fast_json.loads if _fast_json is not None else json.loads
-JSON_BACKEND = "orjson" if _fast_json is not None else "json"
-
-
-def _batch(text: _Text, add) -> bool:
-    """Decode many events with one ``json.loads``: from the cursor (an event start) up to the last
+def _batch(text: _Text, col: Collector) -> bool:
+    """Decode many events with one decoder call: from the cursor (an event start) up to the last
     ``},`` in the buffer. A cut inside a string or a nested value cannot parse, so a successful
     parse always ends on an event boundary. False when no batch could be taken."""
     if len(text.buf) - text.pos < (1 << 16) and not text.eof:
@@ -343,45 +286,74 @@ def _batch(text: _Text, add) -> bool:
         cut = buf.rfind("},", pos, cut)
         if cut <= pos:
             return False
-        piece = "[" + buf[pos:cut + 1] + "]"
-        try:
-            events = _loads(piece)
-        except ValueError:  # JSONDecodeError of either decoder; NaN literals: stdlib only
-            try:
-                events = json.loads(piece) if _fast_json is not None else None
-            except ValueError:
-                events = None
-            if events is None:
-                continue
-        for e in events:
-            add(e)
-        text.pos = cut + 2
-        return True
+        if decode_piece("[" + buf[pos:cut + 1] + "]", col):
+            text.pos = cut + 2
+            return True
     return False
 
 
-def _finish(path: str, rank: int, col: _Collector, meta: dict) -> RankEvents:
+def _no_events(col: Collector) -> str:
+    if not col.count[0]:
+        return "'traceEvents' is empty"
+    if col.dropped:
+        return f"no usable duration event ({describe_counts(col.dropped)})"
+    return f"none of the {col.count[0]} elements of 'traceEvents' is a duration event (with ts, dur and cat)"
+
+
+def describe_counts(counts: dict[str, int]) -> str:
+    """``{"negative dur": 2}`` -> ``"negative dur: 2"``, largest first."""
+    return ", ".join(f"{k}: {n}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """int32 when every value fits (ids and positions usually do), else int64: memory per event."""
+    if a.size == 0 or (int(a.min()) >= -(1 << 31) and int(a.max()) < (1 << 31)):
+        return a.astype(np.int32)
+    return a
+
+
+def _kept_tids(col: Collector) -> dict[int, int]:
+    """Thread ids of the GPU user annotations that were kept (-1 when not an integer)."""
+    if not col.annotation_tid:
+        return {}
+    keys = np.fromiter(col.annotation_tid, dtype=np.int64, count=len(col.annotation_tid))
+    kept = keys[np.isin(keys, np.frombuffer(col.index, dtype=np.int64))].tolist()
+    return {i: (t if type(t) is int else -1) for i in kept for t in (col.annotation_tid[i],)}
+
+
+def _finish(path: str, rank: int, col: Collector, meta: dict) -> RankEvents:
     ts = np.frombuffer(col.ts, dtype=np.float64)
     dur = np.frombuffer(col.dur, dtype=np.float64)
+    rounded_short = 0
     if col.ts_float:
         # HTA rounds nanosecond-resolution traces: start up, end down (pytorch#122425)
         end = np.floor(ts + dur)
         ts = np.ceil(ts)
         dur = end - ts
+        # an event shorter than 1 us can end before it starts once rounded: HTA keeps -1 us, which
+        # gives impossible figures on short traces (compute over 100%); 0 us changes no figure of
+        # any shared set (parity tests) and keeps every share within 0-100%
+        rounded_short = int((dur < 0).sum())
+        dur = np.maximum(dur, 0)
         ts_out = ts.astype(np.int64)
     else:
         ts_out = _downcast_int(ts.astype(np.int64))
     names = [None] * len(col.sym)
     for s, i in col.sym.items():
         names[i] = s
+    bw = np.frombuffer(col.bw, dtype=np.float64)
+    bw_index = np.flatnonzero(bw)
     return RankEvents(
         path=path, rank=rank,
-        index=np.frombuffer(col.index, dtype=np.int64),
+        index=_narrow(np.frombuffer(col.index, dtype=np.int64)),
         ts=ts_out, dur=np.array(dur, dtype=np.float64),
-        name=np.frombuffer(col.name, dtype=np.int32), cat=np.frombuffer(col.cat, dtype=np.int32),
-        stream=np.frombuffer(col.stream, dtype=np.int64),
-        correlation=np.frombuffer(col.corr, dtype=np.int64),
-        external_id=np.frombuffer(col.ext, dtype=np.int64),
+        name=np.frombuffer(col.name, dtype=np.int32).copy(), cat=np.frombuffer(col.cat, dtype=np.int32).copy(),
+        stream=_narrow(np.frombuffer(col.stream, dtype=np.int64)),
+        correlation=_narrow(np.frombuffer(col.corr, dtype=np.int64)),
+        external_id=_narrow(np.frombuffer(col.ext, dtype=np.int64)),
+        bw_index=bw_index, bw_value=bw[bw_index].copy(),
         names=names, meta=meta, ts_rounded=col.ts_float,
+        dropped=dict(col.dropped), clamped=dict(col.clamped), rounded_short=rounded_short,
+        annotation_tid=_kept_tids(col),
     )
 

@@ -5,12 +5,15 @@ import csv
 import io
 import json
 import os
+import re
 import shutil
 import tempfile
 
 import numpy as np
 
+from . import counters
 from .analyze import jsonable
+from .grouping import rank_ranges
 
 # CSV file -> document key; file names follow HTA's outputs where there is one
 CSV_TABLES = {
@@ -21,6 +24,12 @@ CSV_TABLES = {
     "idle_time_interval_stats.csv": "idle_interval_stats",
     "comm_comp_overlap.csv": "comm_comp_overlap",
     "launch_summary.csv": "launch_stats",
+    "queue_length_summary.csv": "queue_length_summary",
+    "queue_full_blocked.csv": "queue_full_blocked",
+    "memory_bw_summary.csv": "memory_bw_summary",
+    "aten_op_kernels.csv": "aten_op_kernels",
+    "gpu_user_annotation_breakdown.csv": "gpu_user_annotation_breakdown",
+    "kernels_per_annotation.csv": "kernels_per_annotation",
     "findings.csv": "findings",
     "checks.csv": "checks",
 }
@@ -40,47 +49,68 @@ def _csv_text(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def csv_files(doc: dict) -> dict[str, str]:
-    """File name -> CSV text for an analysis document."""
-    clean = jsonable(doc)
-    out = {name: _csv_text(clean.get(key) or []) for name, key in CSV_TABLES.items()}
-    out["steps.csv"] = _csv_text(clean["cross_rank"]["steps"])
+def csv_files(doc: dict):
+    """(file name, CSV text) for each table of an analysis document, made one at a time so that
+    only one table's text is in memory at once."""
+    for name, key in CSV_TABLES.items():
+        yield name, _csv_text(jsonable(doc.get(key) or []))
+    yield "steps.csv", _csv_text(jsonable(doc["cross_rank"]["steps"]))
+    ps = doc.get("potential_stragglers") or {}
+    yield "potential_stragglers.csv", _csv_text([{"rank": int(r), "steps_flagged": n,
+                                                  "potential_straggler": int(r) in ps.get("ranks", [])}
+                                                 for r, n in (ps.get("counts") or {}).items()])
+    for v in doc.get("_views", []):  # time series, one file per rank, computed as they are written
+        yield f"queue_length_series_rank{v.rank}.csv", _series_csv(
+            ("ts", "stream", "queue_length"),
+            ((t, s_, q) for s_, (ts, ql) in counters.queue_length_series(v).items()
+             for t, q in zip(ts.tolist(), ql.tolist())))
+        yield f"memory_bw_series_rank{v.rank}.csv", _series_csv(
+            ("ts", "name", "memory_bw_gbps"),
+            ((t, kind, b) for kind, (ts, bw) in counters.memory_bw_series(v).items()
+             for t, b in zip(ts.tolist(), bw.tolist())))
     for rank, p in doc.get("_launch_pairs", {}).items():
         buf = io.StringIO()
         buf.write(",".join(PAIR_COLUMNS) + "\n")
         cols = [p[c] for c in PAIR_COLUMNS]
         for vals in zip(*(c.tolist() for c in cols)):
             buf.write(",".join(repr(x) for x in vals) + "\n")
-        out[f"cuda_kernel_launch_stats_rank{rank}.csv"] = buf.getvalue()
-    return out
+        yield f"cuda_kernel_launch_stats_rank{rank}.csv", buf.getvalue()
+
+
+def _series_csv(columns: tuple[str, ...], rows) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    w.writerows(rows)
+    return buf.getvalue()
 
 
 def diff_csv(doc: dict) -> dict[str, str]:
     return {"trace_diff.csv": _csv_text(jsonable(doc)["rows"])}
 
 
-def write_outputs(json_path: str | None, json_doc: dict | None, csv_dir: str | None,
-                  files: dict[str, str] | None) -> None:
-    """Write the JSON file and the CSV files; each goes to a temporary name first, renamed at the end."""
+def write_outputs(json_path: str | None, json_doc: dict | None, csv_dir: str | None, files) -> None:
+    """Write the JSON file and the CSV files (``files``: a dict or an iterable of (name, text));
+    each goes to a temporary name first, renamed at the end."""
     staged: list[tuple[str, str]] = []
     tmpdirs: list[str] = []
     try:
         if json_path:
             d = os.path.dirname(os.path.abspath(json_path))
-            os.makedirs(d, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=".otel-gpu-", suffix=".json.tmp", dir=d)
             with os.fdopen(fd, "w") as fh:
                 json.dump(jsonable(json_doc), fh, indent=1, allow_nan=False)
             staged.append((tmp, json_path))
         if csv_dir and files:
             parent = os.path.dirname(os.path.abspath(csv_dir))
-            os.makedirs(parent, exist_ok=True)
             tdir = tempfile.mkdtemp(prefix=".otel-gpu-csv-", dir=parent)
             tmpdirs.append(tdir)
-            for name, text in files.items():
+            for name, text in (files.items() if isinstance(files, dict) else files):
                 with open(os.path.join(tdir, name), "w") as fh:
                     fh.write(text)
                 staged.append((os.path.join(tdir, name), os.path.join(csv_dir, name)))
+        if json_path and os.path.isdir(json_path):
+            raise IsADirectoryError(21, "is a folder", json_path)
         if csv_dir and files:
             os.makedirs(csv_dir, exist_ok=True)
         for tmp, final in staged:
@@ -108,7 +138,8 @@ def _table(title: str, cols: list[str], rows: list[list]):
 
     t = Table(title=title, title_justify="left", show_lines=False)
     for i, c in enumerate(cols):
-        t.add_column(c, justify="left" if i == 0 or c in ("name", "kernel_type", "category", "pattern", "where")
+        left = i == 0 or c in ("name", "kernels", "kernel_type", "category", "pattern", "where")
+        t.add_column(c, justify="left" if left
                      else "right", overflow="fold")
     for r in rows:
         t.add_row(*[_fmt(x) if not isinstance(x, str) else x for x in r])
@@ -119,17 +150,54 @@ def _short(name: str, n: int = 70) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
+SCREEN_RANKS = 16  # above this many ranks, per-rank tables show the notable ranks only
+
+
+def _notable(rows: list[dict], key: str) -> tuple[list[dict], str]:
+    """Rows of all ranks, or with more than SCREEN_RANKS ranks those of the 3 lowest, the median and
+    the 4 highest ranks by ``key`` (a rank's highest value over its rows), and a title suffix."""
+    ranks = sorted({r["rank"] for r in rows})
+    if len(ranks) <= SCREEN_RANKS:
+        return rows, ""
+    per: dict[int, float] = {}
+    for r in rows:
+        x = r[key]
+        x = float("-inf") if x is None or x != x else float(x)
+        per[r["rank"]] = max(per.get(r["rank"], float("-inf")), x)
+    order = sorted(ranks, key=lambda k: (per[k], k))
+    pick = set(order[:3]) | {order[len(order) // 2]} | set(order[-4:])
+    return ([r for r in rows if r["rank"] in pick],
+            f"; {len(pick)} of {len(ranks)} ranks: lowest, median and highest {key} (all in --csv)")
+
+
+def _merge_rank_notes(notes: list[str]) -> list[str]:
+    """"rank 3: no GPU events" for many ranks -> one "ranks 0-63: no GPU events"."""
+    out: list[str] = []
+    by_text: dict[str, list[int]] = {}
+    for n in notes:
+        m = re.match(r"rank (\d+): (.*)$", n)
+        if m:
+            if m.group(2) not in by_text:
+                out.append(m.group(2))  # placeholder, replaced below in first-seen order
+            by_text.setdefault(m.group(2), []).append(int(m.group(1)))
+        else:
+            out.append(n)
+    return [(("rank " if len(by_text[n]) == 1 else "ranks ") + rank_ranges(by_text[n]) + ": " + n)
+            if n in by_text else n for n in out]
+
+
 def render_analysis(doc: dict, console, top: int = 10) -> None:
     """Print the analysis as terminal tables."""
-    console.print(f"[bold]Trace set[/bold] {doc['trace_dir']}  ranks {doc['ranks']}")
-    for n in doc["notes"]:
-        console.print(f"  note: {n}")
+    console.print(f"[bold]Trace set[/bold] {doc['trace_dir']}  ranks {rank_ranges(doc['ranks'])}", highlight=False)
+    for n in _merge_rank_notes(doc["notes"]):
+        console.print(f"  note: {n}", highlight=False)
     if doc["temporal_breakdown"]:
-        console.print(_table("Temporal breakdown (us, % of first-kernel-to-last-kernel span)",
+        rows, more = _notable(doc["temporal_breakdown"], "idle_time_pctg")
+        console.print(_table("Temporal breakdown (us, % of first-kernel-to-last-kernel span)" + more,
                              ["rank", "idle", "compute", "non-compute", "span", "idle %", "compute %", "non-compute %"],
                              [[t["rank"], t["idle_time_us"], t["compute_time_us"], t["non_compute_time_us"],
                                t["kernel_time_us"], t["idle_time_pctg"], t["compute_time_pctg"],
-                               t["non_compute_time_pctg"]] for t in doc["temporal_breakdown"]]))
+                               t["non_compute_time_pctg"]] for t in rows]))
     if doc["kernel_type_breakdown"]:
         console.print(_table("GPU time by kernel type (all ranks)", ["kernel_type", "time us", "%"],
                              [[r["kernel_type"], r["sum"], r["percentage"]] for r in doc["kernel_type_breakdown"]]))
@@ -138,18 +206,35 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
                              [[_short(r["name"]), r["kernel_type"], r["rank"], r["sum"], r["mean"], r["max"]]
                               for r in top_k]))
     if doc["idle_time_breakdown"]:
-        console.print(_table("GPU idle time by stream", ["rank", "stream", "category", "idle us", "ratio"],
+        rows, more = _notable(doc["idle_time_breakdown"], "idle_time")
+        console.print(_table("GPU idle time by stream" + more, ["rank", "stream", "category", "idle us", "ratio"],
                              [[r["rank"], r["stream"], r["idle_category"], r["idle_time"], r["idle_time_ratio"]]
-                              for r in doc["idle_time_breakdown"]]))
+                              for r in rows]))
     if doc["temporal_breakdown"]:
-        console.print(_table("Communication / computation overlap", ["rank", "comm us", "overlap us", "overlap %"],
+        rows, more = _notable(doc["comm_comp_overlap"], "comp_comm_overlap_pctg")
+        console.print(_table("Communication / computation overlap" + more, ["rank", "comm us", "overlap us", "overlap %"],
                              [[r["rank"], r["comm_time_us"], r["overlap_time_us"], r["comp_comm_overlap_pctg"]]
-                              for r in doc["comm_comp_overlap"]]))
-        console.print(_table("Kernel launches", ["rank", "launches", "short", "runtime outliers",
-                                                 "delay outliers", "mean cpu us", "mean delay us"],
+                              for r in rows]))
+        rows, more = _notable(doc["launch_stats"], "mean_launch_delay_us")
+        console.print(_table("Kernel launches" + more, ["rank", "launches", "short", "runtime outliers",
+                                                        "delay outliers", "mean cpu us", "mean delay us"],
                              [[r["rank"], r["launches"], r["short_kernels"], r["runtime_outliers"],
                                r["launch_delay_outliers"], r["mean_cpu_duration_us"], r["mean_launch_delay_us"]]
-                              for r in doc["launch_stats"]]))
+                              for r in rows]))
+    if doc.get("queue_length_summary"):
+        rows, more = _notable(doc["queue_length_summary"], "max")
+        console.print(_table("Launch queue length per stream (outstanding GPU operations)" + more,
+                             ["rank", "stream", "changes", "mean", "median", "max"],
+                             [[r["rank"], r["stream"], int(r["count"]), r["mean"], r["50%"], r["max"]] for r in rows]))
+    for r in doc.get("queue_full_blocked") or []:
+        console.print(f"Rank {r['rank']} stream {r['stream']}: launch queue full for "
+                      f"{r['duration_at_max_queue_length']:,.0f} us "
+                      f"({100 * r['relative_duration_at_max_queue_length']:.2f}% of the trace)", highlight=False)
+    if doc.get("memory_bw_summary"):
+        rows, more = _notable(doc["memory_bw_summary"], "mean")
+        console.print(_table("Memory copy bandwidth (GB/s, while copies run)" + more,
+                             ["rank", "name", "points", "mean", "median", "max"],
+                             [[r["rank"], r["name"], int(r["count"]), r["mean"], r["50%"], r["max"]] for r in rows]))
     cross = doc["cross_rank"]
     if cross["steps"]:
         console.print(_table("Steps across ranks (busy = step - communication, us)",
@@ -157,23 +242,99 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
                               "imbalance %", "longest step us"],
                              [[s["step"], s["ranks"], s["straggler_rank"], s["straggler_busy_us"], s["median_busy_us"],
                                s["excess_us"], s["imbalance_pct"], s["slowest_step_us"]] for s in cross["steps"]]))
+    if doc.get("gpu_user_annotation_breakdown"):
+        rows = sorted(doc["gpu_user_annotation_breakdown"], key=lambda r: -r["sum"])[:top]
+        console.print(_table(f"GPU time per user annotation (top {len(rows)})",
+                             ["name", "rank", "total us", "mean us", "max us"],
+                             [[_short(r["name"]), r["rank"], r["sum"], r["mean"], r["max"]] for r in rows]))
+    if doc.get("kernels_per_annotation"):
+        rows = sorted((r for r in doc["kernels_per_annotation"] if r["annotation"]),
+                      key=lambda r: -r["kernel_time_us"])[:top]
+        console.print(_table(f"Kernels inside GPU user annotations (innermost; top {len(rows)} by kernel time)",
+                             ["name", "rank", "kernels", "kernel time us"],
+                             [[_short(r["annotation"]), r["rank"], r["kernels"], r["kernel_time_us"]] for r in rows]))
+    if doc.get("aten_op_kernels_all_ranks"):
+        rows = doc["aten_op_kernels_all_ranks"][:top]
+        console.print(_table(f"ATen ops and the kernels they launch (all ranks, {len(rows)} most frequent)",
+                             ["name", "kernels", "count", "op start to launch us", "launch to kernel us"],
+                             [[_short(r["aten_op_name"], 40), _short(r["kernel_sequence"], 80), r["occurrence_count"],
+                               r["avg_aten_op_launch_delay"], r["avg_runtime_delay"]] for r in rows]))
+    ps = doc.get("potential_stragglers") or {}
+    if ps.get("ranks"):
+        console.print(f"Potential stragglers (HTA's method: latest start of {_short(ps['kernel'], 60)} on stream "
+                      f"{ps['stream']}): ranks {ps['ranks']}", highlight=False)
     if "straggler" in cross:
         s = cross["straggler"]
         console.print(f"Straggler: rank {s['rank']}, busiest in {s['steps_slowest']} of {len(cross['steps'])} steps, "
                       f"{s['excess_us']:,.0f} us ({s['excess_pct']:+.1f}%) more busy time than the median rank",
                       highlight=False)
-    if doc["findings"]:
-        console.print("[bold]Findings[/bold] (biggest time at stake first)")
-        for i, f in enumerate(doc["findings"], 1):
-            ind = f["indicator"]
-            console.print(f"{i}. [bold]{f['title']}[/bold], rank {f['rank']}: {ind['name']} {ind['value']:g} "
-                          f"(threshold {ind['threshold']:g}); time at stake {f['time_at_stake_us']:,.0f} us",
-                          highlight=False)
-            if _where(f["where"]):
-                console.print(f"   where: {_where(f['where'])}", highlight=False)
-            console.print(f"   fix: {f['fix']}", highlight=False)
+    render_findings(doc, console)
+
+
+def render_findings(doc: dict, console) -> None:
+    """Findings grouped across ranks; an effect is printed under its cause, not apart."""
+    findings = doc["findings"]
+    th = doc.get("thresholds", {})
+    small: dict[str, list[dict]] = {}  # patterns over their threshold on some rank, never with enough at stake
+    for c in doc.get("checks", []):
+        if c["triggered"] and not c["reported"]:
+            small.setdefault(c["pattern"], []).append(c)
+    small = {p: cs for p, cs in small.items() if p not in {f["pattern"] for f in findings}}
+    if small:
+        parts = [f"{p} (ranks {rank_ranges([c['rank'] for c in cs])}, at most "
+                 f"{max(c['share_of_span_pct'] for c in cs):.2g}% of the span)" for p, cs in sorted(small.items())]
+        console.print(f"Over their threshold with less than {th.get('min_time_share_pct', 0):g}% of the span at "
+                      f"stake, not reported (checks.csv; --min-impact 0 shows them): {', '.join(parts)}",
+                      highlight=False)
+    if not findings:
+        console.print(f"No anti-pattern found (no check over its threshold with at least "
+                      f"{th.get('min_time_share_pct', 0):g}% of the span at stake).", highlight=False)
+        return
+    console.print(f"[bold]Findings[/bold] (time at stake >= {th.get('min_time_share_pct', 0):g}% of the span; "
+                  "biggest first, counting the idle a cause leads to)")
+    by_pattern = {f["pattern"]: f for f in findings}
+    # an effect is printed once, under its biggest cause
+    primary = {f["pattern"]: f["caused_by"][0]["pattern"] for f in findings if f["caused_by"]}
+    i = 0
+    for f in findings:
+        if f["pattern"] in primary:
+            continue
+        i += 1
+        _print_finding(console, f, f"{i}.", "")
+        for link in f["leads_to"]:
+            how = ("ends where these kernels start (the GPU waited for their launch)"
+                   if f["pattern"] == "many_short_kernels" else
+                   "begins inside these calls (the GPU drained while the CPU waited)")
+            where = ("rank " if link["ranks_text"].isdigit() else "ranks ") + link["ranks_text"]
+            console.print(f"   leads to: {link['idle_us']:,.0f} us of GPU idle ({link['share_of_idle_pct']:g}% of "
+                          f"the idle on {where}) {how}", highlight=False)
+            if primary.get(link["pattern"]) == f["pattern"]:
+                _print_finding(console, by_pattern[link["pattern"]], "   ->", "      ")
+
+
+def _print_finding(console, f: dict, bullet: str, pad: str) -> None:
+    ind, at, share = f["indicator"], f["time_at_stake_per_rank_us"], f["share_of_span_pct"]
+    n, total = len(f["ranks"]), f["ranks_analysed"]
+    who = f"rank {f['ranks_text']}" if n == 1 else f"ranks {f['ranks_text']} ({n} of {total})"
+    if n == 1 or ind["min"] == ind["max"]:
+        value = f"{ind['median']:g}" + ("" if n == 1 else " on each")
     else:
-        console.print("No anti-pattern found (every check under its threshold).")
+        value = f"median {ind['median']:g} (min {ind['min']:g}, max {ind['max']:g})"
+    if n == 1 or at["min"] == at["max"]:
+        stake = f"{at['median']:,.0f} us" + ("" if n == 1 else " per rank")
+    else:
+        stake = f"median {at['median']:,.0f} us per rank (max {at['max']:,.0f})"
+    console.print(f"{bullet} [bold]{f['title']}[/bold], {who}: {ind['name']} {value}, threshold {ind['threshold']:g}; "
+                  f"time at stake {stake}, {share['median']:.1f}% of the {f['span']}", highlight=False)
+    if _where(f["where"]):
+        console.print(f"{pad}   where (rank {f['worst_rank']}): {_where(f['where'])}", highlight=False)
+    if f["caused_by"]:
+        causes = ", ".join(f"{c['pattern']} ({c['share_of_idle_pct']:g}%)" for c in f["caused_by"])
+        console.print(f"{pad}   caused by: {causes}", highlight=False)
+    if f["ranks_triggered_below_min_share"]:
+        console.print(f"{pad}   also over the threshold, with less at stake: ranks "
+                      f"{rank_ranges(f['ranks_triggered_below_min_share'])}", highlight=False)
+    console.print(f"{pad}   fix: {f['fix']}", highlight=False)
 
 
 def _where(w: dict) -> str:
@@ -195,6 +356,8 @@ def _where(w: dict) -> str:
 def render_diff(doc: dict, console, top: int = 20) -> None:
     console.print(f"[bold]A[/bold] {doc['a']} ({doc['ranks_a']} ranks)  ->  [bold]B[/bold] {doc['b']} "
                   f"({doc['ranks_b']} ranks); per-rank figures")
+    for n in doc.get("notes", []):
+        console.print(f"  note: {n}", highlight=False)
     sa, sb = doc["summary_a"], doc["summary_b"]
     if sa and sb:
         console.print(f"GPU span {sa['kernel_time_us']:,.0f} -> {sb['kernel_time_us']:,.0f} us, idle "

@@ -76,7 +76,8 @@ def training_trace(rank: int = 0, *, short_kernels=False, syncs=False, unhidden_
                 b.launch("aten::add_", "void at::native::vectorized_elementwise_kernel<4>(int, float*)",
                          t0 + 500 + i * 9, t0 + 3000 + i * 20, 2, stream=8, runtime_dur=7)
         copy = "Memcpy HtoD (Pageable -> Device)" if pageable else "Memcpy HtoD (Pinned -> Device)"
-        b.launch("aten::copy_", copy, t0 + 300, t0 + 50, 40, cat="gpu_memcpy", runtime="cudaMemcpyAsync")
+        b.launch("aten::copy_", copy, t0 + 300, t0 + 50, 400 if pageable else 40, cat="gpu_memcpy",
+                 runtime="cudaMemcpyAsync")
         for i in range(10 if syncs else 1):
             ext = b.cpu("aten::item" if syncs else "aten::_local_scalar_dense", t0 + 1200 + i * 30, 20)
             b.runtime("cudaStreamSynchronize", t0 + 1201 + i * 30, 15, ext)
@@ -86,4 +87,26 @@ def training_trace(rank: int = 0, *, short_kernels=False, syncs=False, unhidden_
                 b.runtime("cudaMalloc", t0 + 2001 + i * 40, 25, ext)
                 if alloc_thrash:
                     b.runtime("cudaFree", t0 + 2030 + i * 40, 5, ext)
+    return b
+
+
+def stall_trace(rank: int = 0, *, free_calls: int = 12, short_kernels: bool = False) -> Builder:
+    """4 steps of 10 ms where ``free_calls`` cudaFree calls (t0+4000 us on, 25 us each) drain the GPU:
+    10 kernels run until t0+4100, the next 5 start at t0+7000, so each step has ~4 ms of GPU idle,
+    2.9 ms of it in a gap that begins inside a cudaFree. ``short_kernels`` adds 60 launch-bound kernels."""
+    b = Builder(rank)
+    for step in range(4):
+        t0 = 1_000_000 + step * STEP_US
+        b.cpu(f"ProfilerStep#{step + 1}", t0, STEP_US - 1, cat="user_annotation")
+        for i in range(10):
+            b.launch("aten::mm", "ampere_sgemm_128x64_nn", t0 + 10 + i * 12, t0 + 100 + i * 400, 400)
+        for i in range(free_calls):
+            ext = b.cpu("aten::empty", t0 + 4000 + i * 26, 26)
+            b.runtime("cudaFree", t0 + 4000 + i * 26, 25, ext)
+        for i in range(5):
+            b.launch("aten::mm", "ampere_sgemm_128x64_nn", t0 + 4400 + i * 12, t0 + 7000 + i * 400, 400)
+        if short_kernels:
+            for i in range(60):
+                b.launch("aten::add_", "void at::native::vectorized_elementwise_kernel<4>(int, float*)",
+                         t0 + 9100 + i * 14, t0 + 9110 + i * 14, 2, stream=8, runtime_dur=10)
     return b

@@ -40,7 +40,8 @@ def test_ns_rounding_like_hta(tmp_path):
     p = tmp_path / "r.json"
     p.write_text(json.dumps({"traceEvents": events}))
     ev = read_trace(str(p))
-    assert ev.ts.tolist() == [11, 11] and ev.dur.tolist() == [-1.0, 2.0]  # ceil start, floor end
+    # ceil start, floor end; the first ends before it starts once rounded: 0 us (HTA: -1 us), counted
+    assert ev.ts.tolist() == [11, 11] and ev.dur.tolist() == [0.0, 2.0] and ev.rounded_short == 1
     assert ev.stream.tolist() == [7, 7] and ev.correlation.tolist() == [-1, -1]
 
 

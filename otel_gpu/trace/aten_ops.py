@@ -1,0 +1,148 @@
+"""ATen ops, the kernels they launch and the delays on the way (HTA 0.5.0
+``get_aten_op_kernels_and_delay``).
+
+Each kernel launch call (``cuda*LaunchKernel*``, ``cuLaunchKernel``, ``runFunction*``) is
+attributed to the deepest ``aten::`` op that wraps it (the latest-starting op whose
+[start, end] contains the call). An op instance's kernels form its *kernel sequence*
+("k1 -> k2"); per (op, sequence): how often it occurs, the mean *ATen op launch delay*
+(op start to its first launch call, us) and the mean *runtime delay* (that call's start to its
+kernel's start on the GPU, us).
+
+Differences from HTA, on purpose: each rank's table holds that rank's ops only (HTA 0.5.0
+carries the earlier ranks' launches into every later rank's table), and an op instance is
+(name, start) rather than (thread, name, start) because thread ids are not kept in memory
+(two ops of one name starting in the same microsecond on two threads count as one instance).
+Launches whose kernel is missing from the kept events are skipped (HTA raises there).
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+
+import numpy as np
+
+from .breakdown import sort_desc
+from .model import RankView
+
+LAUNCH_RE = re.compile(r"(cuda.*LaunchKernel)|(cuLaunchKernel)|(^runFunction)")
+
+
+def deepest_wrapping(op_ts: np.ndarray, op_end: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """For each call [start, end], the index (into ops sorted by start, ties in row order) of the
+    latest-starting op with ts <= start and end >= the call's end, the first in row order among
+    equal starts; -1 when none. Binary lifting over a sparse table of maxima of ``op_end``."""
+    n = len(op_ts)
+    pos = np.searchsorted(op_ts, starts, "right") - 1  # last op starting at or before the call
+    if n == 0:
+        return np.full(len(starts), -1, dtype=np.int64)
+    prefix_max = np.maximum.accumulate(op_end)
+    found = (pos >= 0) & (prefix_max[np.maximum(pos, 0)] >= ends)
+    table = [op_end]  # table[k][i] = max(op_end[i : i + 2**k])
+    while (1 << len(table)) <= n:
+        prev, half = table[-1], 1 << (len(table) - 1)
+        table.append(np.maximum(prev[:-half], prev[half:]))
+    p = np.where(found, pos, 0)
+    for k in range(len(table) - 1, -1, -1):  # skip whole blocks whose ops all end too early
+        block_start = p - (1 << k) + 1
+        ok = found & (block_start >= 0)
+        idx = np.where(ok, block_start, 0)
+        skip = ok & (table[k][np.minimum(idx, len(table[k]) - 1)] < ends) & (idx < len(table[k]))
+        p = np.where(skip, p - (1 << k), p)
+    out = np.where(found, p, -1)
+    # equal starts: the first (in row order) wrapping op among them, as pandas' sort picks
+    tied = np.flatnonzero(found & (p > 0))
+    tied = tied[op_ts[p[tied] - 1] == op_ts[p[tied]]]
+    for q in tied.tolist():
+        j = out[q]
+        i = j - 1
+        while i >= 0 and op_ts[i] == op_ts[j]:
+            if op_end[i] >= ends[q]:
+                out[q] = i
+            i -= 1
+    return out
+
+
+def aten_op_launches(v: RankView) -> list[dict]:
+    """One row per launch call inside an aten op whose kernel is kept, in HTA's row order."""
+    ev, rows = v.ev, v.rows
+    names = ev.names
+    aten_ids = [i for i, n in enumerate(names) if n.startswith("aten::")]
+    launch_ids = [i for i, n in enumerate(names) if LAUNCH_RE.match(n)]
+    ops = rows[np.isin(ev.name[rows], aten_ids)]
+    launches = rows[np.isin(ev.name[rows], launch_ids)]
+    if not len(ops) or not len(launches):
+        return []
+    op_start = ev.ts[ops].astype(np.float64)
+    order = np.argsort(op_start, kind="stable")
+    op_ts, op_end = op_start[order], (op_start + ev.dur[ops])[order]
+    op_rows = ops[order]
+    gpu = rows[ev.stream[rows] != -1]
+    ic = v.index_correlation[gpu]
+    ic_order = np.argsort(ic, kind="stable")
+    ic_sorted = ic[ic_order]
+    starts = ev.ts[launches].astype(np.float64)
+    deepest = deepest_wrapping(op_ts, op_end, starts, starts + ev.dur[launches]).tolist()
+    lo = np.searchsorted(ic_sorted, ev.index[launches], "left")
+    n_kernels = (np.searchsorted(ic_sorted, ev.index[launches], "right") - lo).tolist()
+    lo = lo.tolist()
+    starts = starts.tolist()
+    out = []
+    for n, r in enumerate(launches.tolist()):
+        i = deepest[n]
+        if n_kernels[n] != 1 or i < 0:
+            continue  # outside every aten op, or no kernel kept for this launch (HTA raises there)
+        start = starts[n]
+        k = gpu[ic_order[lo[n]]]
+        op = op_rows[i]
+        out.append({"aten_op_name": names[ev.name[op]], "aten_op_start": int(ev.ts[op]) - v.ts0,
+                    "aten_op_delay": start - float(ev.ts[op]), "runtime_delay": float(ev.ts[k]) - start,
+                    "correlation_id": int(ev.correlation[r]), "kernel_name": names[ev.name[k]]})
+    return out
+
+
+def aten_op_instances(launches: list[dict]) -> list[tuple[str, str, float, float]]:
+    """Per op instance (name, start): (op name, kernel sequence "k1 -> k2", op-start-to-first-launch
+    delay, first launch-to-kernel delay), in (name, start) order."""
+    instances: dict[tuple, list[dict]] = {}
+    for row in launches:
+        instances.setdefault((row["aten_op_name"], row["aten_op_start"]), []).append(row)
+    out = []
+    for key in sorted(instances):
+        seq = instances[key]
+        sequence = sys.intern(" -> ".join(r["kernel_name"] for r in seq))  # ranks repeat the same sequences
+        out.append((key[0], sequence, seq[0]["aten_op_delay"], seq[0]["runtime_delay"]))
+    return out
+
+
+def group_instances(instances: list[tuple[str, str, float, float]],
+                    groups: dict | None = None) -> dict[tuple[str, str], tuple[list, list]]:
+    """Add op instances to ``groups``: (op, sequence) -> (first op delays, first runtime delays)."""
+    groups = {} if groups is None else groups
+    for op, seq, op_delay, runtime_delay in instances:
+        g = groups.get((op, seq))
+        if g is None:
+            g = groups[(op, seq)] = ([], [])
+        g[0].append(op_delay)
+        g[1].append(runtime_delay)
+    return groups
+
+
+def summarize_groups(groups: dict[tuple[str, str], tuple[list, list]]) -> list[dict]:
+    """Per (aten op, kernel sequence): occurrence count and mean delays (us), most frequent first."""
+    table = [{"aten_op_name": op, "kernel_sequence": seq, "occurrence_count": len(d[0]),
+              "avg_aten_op_launch_delay": round(math.fsum(d[0]) / len(d[0]), 3),
+              "avg_runtime_delay": round(math.fsum(d[1]) / len(d[1]), 3)}
+             for (op, seq), d in sorted(groups.items())]
+    order = sort_desc(np.array([r["occurrence_count"] for r in table], dtype=np.int64))
+    return [table[i] for i in order]
+
+
+def summarize_instances(instances: list[tuple[str, str, float, float]]) -> list[dict]:
+    """The table of one list of op instances."""
+    return summarize_groups(group_instances(instances))
+
+
+def aten_op_kernels(launches: list[dict]) -> list[dict]:
+    """The table of :func:`summarize_instances` straight from launches (HTA's grouping)."""
+    return summarize_instances(aten_op_instances(launches))

@@ -1,0 +1,349 @@
+"""Intake of decoded trace events: the rules that keep, drop or clear each duration event, and the
+decoders that feed them (msgspec structs when installed, else orjson or the standard library's
+dicts; identical results). Times are microseconds (us).
+"""
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from operator import attrgetter
+
+import numpy as np
+
+# optional fast decoders (pip install 'otel-gpu[trace]'): msgspec decodes only the fields kept,
+# straight into small structs; orjson decodes whole events. OTELGPU_TRACE_JSON=json forces the
+# standard library, =orjson skips msgspec. Results are identical whichever decodes.
+_choice = os.environ.get("OTELGPU_TRACE_JSON", "").lower()
+_fast_json = None
+_msgspec = None
+if _choice != "json":
+    try:
+        import orjson as _fast_json
+    except ImportError:  # pragma: no cover - depends on the environment
+        _fast_json = None
+    if _choice != "orjson":
+        try:
+            import msgspec as _msgspec
+        except ImportError:  # pragma: no cover - depends on the environment
+            _msgspec = None
+
+TIME_LIMIT_US = float(1 << 53)  # |ts| and dur beyond this (about 285 years) cannot be a profiler time
+_I64 = 1 << 63
+
+# why a duration event (one with ``dur`` and ``cat``) was not kept; counted per file
+DROP_TS_TYPE = "ts missing or not a number"
+DROP_TS_RANGE = "ts not finite or beyond 2^53 us"
+DROP_DUR_TYPE = "dur not a number"
+DROP_DUR_NEGATIVE = "negative dur"
+DROP_DUR_RANGE = "dur not finite or beyond 2^53 us"
+NOT_OBJECT = "traceEvents element that is not an object"
+ID_CLAMPED = "stream/correlation/external id beyond int64 (set to -1)"
+BW_CLAMPED = "memory bandwidth not a finite number >= 0 (set to 0)"
+BW_ARG = "memory bandwidth (GB/s)"
+GPU_ANNOTATION = "gpu_user_annotation"
+_get_ts = attrgetter("ts")
+
+
+def _int_or(v, default: int = -1) -> int:
+    if type(v) is int:
+        return v
+    try:
+        return int(v)
+    except (ValueError, TypeError, OverflowError):
+        return default
+
+
+class Collector:
+    """Accumulates the fields kept from each event into typed arrays (``add`` is a fast closure).
+
+    A duration event whose ``ts`` or ``dur`` is not a finite number in range, or whose ``dur`` is
+    negative, is not kept and counted in ``dropped`` by reason; an id beyond int64 becomes -1 and
+    is counted in ``clamped``.
+    """
+
+    def __init__(self) -> None:
+        self.index = array("q")
+        self.ts = array("d")
+        self.dur = array("d")
+        self.name = array("i")
+        self.cat = array("i")
+        self.stream = array("q")
+        self.corr = array("q")
+        self.ext = array("q")
+        self.bw = array("d")
+        self.sym: dict[str, int] = {}
+        self.flags = {"ts_float": False}  # any ts fractional or missing -> HTA rounds
+        self.count = [0]
+        self.dropped: dict[str, int] = {}
+        self.clamped: dict[str, int] = {}
+        self.annotation_tid: dict[int, object] = {}  # event position -> tid of GPU user annotations
+        self.add, self.add_struct = self._make_add()
+
+    @property
+    def ts_float(self) -> bool:
+        return self.flags["ts_float"]
+
+    def add_typed(self, events: list) -> bool:
+        """Take a batch of well-typed events (msgspec ``_TypedEvent``) in a few vectorized steps.
+
+        Returns False, having changed nothing, when any kept event needs a per-event decision
+        (ts missing, a number out of range, a negative dur, an id beyond int64, a bad bandwidth):
+        the caller then feeds the batch event by event, where those are counted."""
+        lim = TIME_LIMIT_US
+        kept_pos = [i for i, e in enumerate(events) if e.dur is not None and e.cat is not None and e.cat != "Trace"]
+        kept = [events[i] for i in kept_pos]
+        ts = [e.ts for e in kept]
+        if None in ts:
+            return False
+        try:
+            ts_a = np.array(ts, dtype=np.float64)
+            dur_a = np.array([e.dur for e in kept], dtype=np.float64)
+            args = [e.args for e in kept]
+            stream = np.array([-1 if a is None else a.stream for a in args], dtype=np.int64)
+            corr = np.array([-1 if a is None else a.correlation for a in args], dtype=np.int64)
+            ext = np.array([-1 if a is None else a.external_id if a.external_id is not None else
+                            a.external_id_legacy if a.external_id_legacy is not None else -1 for a in args],
+                           dtype=np.int64)
+            bw = np.array([0.0 if a is None else a.bw for a in args], dtype=np.float64)
+        except (OverflowError, TypeError, ValueError):
+            return False
+        if len(kept) and not ((np.abs(ts_a) < lim).all() and (dur_a >= 0).all() and (dur_a < lim).all()):
+            return False
+        bw = np.where(stream == -1, 0.0, bw)
+        if not ((bw >= 0) & (bw <= lim)).all():
+            return False
+        base = self.count[0]
+        names = ["None" if e.name is None else e.name for e in kept]
+        cats = [e.cat for e in kept]
+        sym = self.sym
+        for pair in zip(names, cats):  # ids in first-seen order, name before cat, as put() assigns them
+            for x in pair:
+                if x not in sym:
+                    sym[x] = len(sym)
+        if GPU_ANNOTATION in cats:  # a C-level scan; the loop only where annotations are
+            tids = self.annotation_tid
+            for i, e in zip(kept_pos, kept):
+                if e.cat == GPU_ANNOTATION:
+                    tids[base + i] = e.tid
+        if not self.flags["ts_float"] and set(map(type, map(_get_ts, events))) - {int}:
+            self.flags["ts_float"] = True
+        self.count[0] = base + len(events)
+        self.index.frombytes((np.array(kept_pos, dtype=np.int64) + base).tobytes())
+        self.ts.frombytes(ts_a.tobytes())
+        self.dur.frombytes(dur_a.tobytes())
+        self.name.frombytes(np.array([sym[x] for x in names], dtype=np.int32).tobytes())
+        self.cat.frombytes(np.array([sym[x] for x in cats], dtype=np.int32).tobytes())
+        self.stream.frombytes(stream.tobytes())
+        self.corr.frombytes(corr.tobytes())
+        self.ext.frombytes(ext.tobytes())
+        self.bw.frombytes(bw.tobytes())
+        return True
+
+    def _make_add(self):
+        a_index, a_ts, a_dur = self.index.append, self.ts.append, self.dur.append
+        a_name, a_cat = self.name.append, self.cat.append
+        streams, corrs, exts = self.stream, self.corr, self.ext
+        a_stream, a_corr, a_ext = streams.append, corrs.append, exts.append
+        a_bw = self.bw.append
+        sym, flags, count, dropped, clamped = self.sym, self.flags, self.count, self.dropped, self.clamped
+        tids = self.annotation_tid
+        lim = TIME_LIMIT_US
+
+        def drop(reason: str) -> None:
+            dropped[reason] = dropped.get(reason, 0) + 1
+
+        def put(i, ts, dur, cat, name, stream, corr, ext, bw) -> None:
+            """Keep one duration event (``ts``/``dur``/``cat`` present, ``cat != Trace``) or count why not."""
+            t_ts = type(ts)
+            if t_ts is not int and t_ts is not float:
+                return drop(DROP_TS_TYPE)
+            if not -lim <= ts <= lim:  # NaN fails too
+                return drop(DROP_TS_RANGE)
+            t_dur = type(dur)
+            if t_dur is not int and t_dur is not float:
+                return drop(DROP_DUR_TYPE)
+            if not 0 <= dur <= lim:
+                return drop(DROP_DUR_NEGATIVE if dur < 0 else DROP_DUR_RANGE)
+            if type(name) is not str:
+                name = str(name)
+            if type(cat) is not str:
+                cat = str(cat)
+            nid = sym.get(name)
+            if nid is None:
+                nid = sym[name] = len(sym)
+            cid = sym.get(cat)
+            if cid is None:
+                cid = sym[cat] = len(sym)
+            if type(stream) is not int:
+                stream = _int_or(stream)
+            if type(corr) is not int:
+                corr = _int_or(corr)
+            if type(ext) is not int:
+                ext = _int_or(ext)
+            if stream == -1:
+                bw = 0.0
+            elif type(bw) is not float or not 0.0 <= bw <= lim:
+                bw = _bandwidth(bw, clamped)
+            n = len(streams)
+            try:
+                a_stream(stream)
+                a_corr(corr)
+                a_ext(ext)
+            except OverflowError:  # an id beyond int64: keep the event, the id becomes "absent"
+                del streams[n:], corrs[n:], exts[n:]
+                a_stream(stream if -_I64 <= stream < _I64 else -1)
+                a_corr(corr if -_I64 <= corr < _I64 else -1)
+                a_ext(ext if -_I64 <= ext < _I64 else -1)
+                clamped[ID_CLAMPED] = clamped.get(ID_CLAMPED, 0) + 1
+            a_index(i)
+            a_ts(ts)
+            a_dur(dur)
+            a_name(nid)
+            a_cat(cid)
+            a_bw(bw)
+
+        def add(e) -> None:
+            """One decoded element of ``traceEvents`` (a dict for events)."""
+            i = count[0]
+            count[0] = i + 1
+            if type(e) is not dict:
+                drop(NOT_OBJECT)
+                return
+            get = e.get
+            ts = get("ts")
+            if type(ts) is not int:
+                flags["ts_float"] = True
+            dur = get("dur")
+            cat = get("cat")
+            if dur is None or cat is None or cat == "Trace":
+                return  # not a duration event: instant, counter, flow or metadata
+            if cat == GPU_ANNOTATION:
+                tids[i] = get("tid")
+            args = get("args")
+            if type(args) is dict:
+                aget = args.get
+                ext = aget("External id")
+                if ext is None:
+                    ext = aget("external id", -1)
+                put(i, ts, dur, cat, get("name"), aget("stream", -1), aget("correlation", -1), ext,
+                    aget(BW_ARG, 0.0))
+            else:
+                put(i, ts, dur, cat, get("name"), -1, -1, -1, 0.0)
+
+        def add_struct(e) -> None:
+            """One event decoded by msgspec into :class:`_Event` (same rules as ``add``)."""
+            i = count[0]
+            count[0] = i + 1
+            ts = e.ts
+            if type(ts) is not int:
+                flags["ts_float"] = True
+            dur = e.dur
+            cat = e.cat
+            if dur is None or cat is None or cat == "Trace":
+                return
+            if cat == GPU_ANNOTATION:
+                tids[i] = e.tid
+            args = e.args
+            if args is None:
+                put(i, ts, dur, cat, e.name, -1, -1, -1, 0.0)
+            else:
+                ext = args.external_id
+                if ext is None:
+                    ext = args.external_id_legacy
+                put(i, ts, dur, cat, e.name, args.stream, args.correlation, ext, args.bw)
+        return add, add_struct
+
+
+def _bandwidth(v, clamped: dict) -> float:
+    """A memory bandwidth arg (GB/s) as a finite float >= 0; anything else counts as clamped and is 0."""
+    if type(v) is int and 0 <= v <= TIME_LIMIT_US:
+        return float(v)
+    if type(v) is float and 0.0 <= v <= TIME_LIMIT_US:
+        return v
+    clamped[BW_CLAMPED] = clamped.get(BW_CLAMPED, 0) + 1
+    return 0.0
+
+
+
+_loads = _fast_json.loads if _fast_json is not None else json.loads
+JSON_BACKEND = "msgspec" if _msgspec is not None else "orjson" if _fast_json is not None else "json"
+_decode_structs = None
+if _msgspec is not None:
+    from typing import Any
+
+    class _Args(_msgspec.Struct):
+        """The ``args`` fields kept; any JSON type is accepted here and checked in ``put``."""
+
+        stream: Any = -1
+        correlation: Any = -1
+        external_id: Any = _msgspec.field(name="External id", default=None)
+        external_id_legacy: Any = _msgspec.field(name="external id", default=None)
+        bw: Any = _msgspec.field(name=BW_ARG, default=0.0)
+
+    class _Event(_msgspec.Struct):
+        """The event fields kept; other keys are skipped by the decoder without being built."""
+
+        ts: Any = None
+        dur: Any = None
+        cat: Any = None
+        name: Any = None
+        tid: Any = None
+        args: _Args | None = None
+
+    class _TypedArgs(_msgspec.Struct):
+        """``args`` as well-formed traces have them (the decoder refuses anything else)."""
+
+        stream: int = -1
+        correlation: int = -1
+        external_id: int | None = _msgspec.field(name="External id", default=None)
+        external_id_legacy: int | None = _msgspec.field(name="external id", default=None)
+        bw: float = _msgspec.field(name=BW_ARG, default=0.0)
+
+    class _TypedEvent(_msgspec.Struct):
+        """An event as well-formed traces have it (numbers where numbers belong)."""
+
+        ts: int | float | None = None
+        dur: int | float | None = None
+        cat: str | None = None
+        name: str | None = None
+        tid: int | str | None = None
+        args: _TypedArgs | None = None
+
+    _decode_structs = _msgspec.json.Decoder(list[_Event]).decode
+    _decode_typed = _msgspec.json.Decoder(list[_TypedEvent]).decode
+
+
+def decode_piece(piece: str, col: Collector) -> bool:
+    """Decode a JSON array of events and feed the collector; False when it is not valid JSON.
+
+    Fastest first: well-typed events in one vectorized intake, then any-typed structs event by
+    event, then whole dicts (orjson or the standard library). Each path applies the same rules."""
+    if _decode_structs is not None:
+        try:
+            if col.add_typed(_decode_typed(piece)):
+                return True
+        except _msgspec.DecodeError:  # a field of an unexpected type (or invalid JSON)
+            pass
+        try:
+            events = _decode_structs(piece)
+        except _msgspec.DecodeError:  # invalid JSON, or an element msgspec cannot type (args not an object...)
+            pass
+        else:
+            add = col.add_struct
+            for e in events:
+                add(e)
+            return True
+    try:
+        events = _loads(piece)
+    except ValueError:  # JSONDecodeError of either decoder; NaN literals: stdlib only
+        try:
+            events = json.loads(piece) if _fast_json is not None else None
+        except ValueError:
+            events = None
+        if events is None:
+            return False
+    add = col.add
+    for e in events:
+        add(e)
+    return True

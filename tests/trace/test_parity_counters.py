@@ -1,0 +1,247 @@
+"""Parity with HTA 0.5.0 for queue length, time blocked on a full launch queue and memory bandwidth:
+every shared trace set against the results HTA produced (tests/data/hta_extra, made by
+tests/data/hta_extra/make_reference.py)."""
+import csv
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+from otel_gpu.trace import counters
+from otel_gpu.trace.model import load_set
+from kineto import Builder
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES, REFS = ROOT.parent / "shared" / "data" / "traces", ROOT / "tests" / "data" / "hta_extra"
+SETS = sorted(str(p.parent.relative_to(REFS)) for p in REFS.rglob("run_info.json"))
+STATS = ("count", "mean", "std", "min", "25%", "50%", "75%", "max")
+_cache: dict = {}
+
+
+def trace_set(name):
+    if name not in _cache:
+        _cache[name] = load_set(str(TRACES / name))
+    return _cache[name]
+
+
+def ref(name, file):
+    p = REFS / name / file
+    return list(csv.DictReader(open(p))) if p.exists() else None
+
+
+def hta_failed(name, step):
+    info = json.loads((REFS / name / "run_info.json").read_text())
+    return any(s["step"] in (step, "load") and s["error"] for s in info["steps"])
+
+
+def close(want: str, got: float) -> bool:
+    a = float(want) if want else math.nan
+    return (math.isnan(a) and math.isnan(got)) or abs(a - got) <= 1e-6 * max(1.0, abs(a))
+
+
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"shared trace sets not present at {TRACES}")
+
+
+SHARED = [n for n in SETS if not n.startswith("built/")]
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SHARED)
+@pytest.mark.parametrize("file, fn, key", [
+    ("queue_length_summary.csv", counters.queue_length_summary, "stream"),
+    ("memory_bw_summary.csv", counters.memory_bw_summary, "name"),
+])
+def test_summary_tables(name, file, fn, key):
+    want = ref(name, file)
+    got = [r for v in trace_set(name).ranks.values() for r in fn(v)]
+    if want is None:  # HTA wrote nothing: it failed or found nothing (CPU-only trace)
+        assert got == []
+        return
+    assert [(int(w["rank"]), w[key]) for w in want] == [(g["rank"], str(g[key])) for g in got]
+    for w, g in zip(want, got):
+        for c in STATS:
+            assert close(w[c], g[c]), (c, w, g)
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SHARED)
+def test_blocked_on_full_queue(name):
+    want = ref(name, "queue_full_blocked.csv") or []
+    got = [r for v in trace_set(name).ranks.values() for r in counters.blocked_on_full_queue(v)]
+    assert len(got) == len(want)
+    for w, g in zip(want, got):
+        assert int(w["stream"]) == g["stream"] and close(w["duration_at_max_queue_length"],
+                                                         g["duration_at_max_queue_length"])
+
+
+def test_reference_covers_the_gpu_sets():
+    assert {"hta_sampled_2rank", "hta_nccl_data", "hta_alexnet_single_rank"} <= set(SETS)
+    assert ref("hta_sampled_2rank", "queue_length_summary.csv")
+
+
+def test_full_queue_time_by_hand(tmp_path):
+    """1100 launches in 1100 us, the kernels only start afterwards: the queue is at 1024 or more
+    from the 1024th launch (us 1023) until the 77th kernel starts."""
+    b = Builder(0)
+    for i in range(1100):
+        ext = b.cpu("aten::add_", 1000 + i, 1)
+        corr = b.runtime("cudaLaunchKernel", 1000 + i, 1, ext)
+        b.events.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 3000 + 2 * i,
+                         "dur": 1, "args": {"stream": 7, "correlation": corr, "External id": ext}})
+    b.write(str(tmp_path / "r.json"))
+    v = load_set(str(tmp_path)).ranks[0]
+    q = counters.queue_length_summary(v)
+    assert q[0]["max"] == 1100 and q[0]["count"] == 2200
+    (row,) = counters.blocked_on_full_queue(v)
+    # >= 1024 from the 1024th launch (ts 2023) to the start of kernel 77 (ts 3000 + 2 * 76)
+    assert row["duration_at_max_queue_length"] == (3000 + 2 * 76) - 2023
+    assert row["relative_duration_at_max_queue_length"] == pytest.approx(row["duration_at_max_queue_length"] /
+                                                                        (3000 + 2 * 1099 - 1000))
+
+
+# ---- a derived 8-rank set (tests/data/hta_extra/make_sets.py) with late, longer collectives ----
+
+@pytest.fixture(scope="module")
+def skewed(tmp_path_factory):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_sets", REFS / "make_sets.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return load_set(mod.skewed(str(TRACES), str(tmp_path_factory.mktemp("skewed"))))
+
+
+@needs_traces
+def test_potential_stragglers_on_the_skewed_set(skewed):
+    from otel_gpu.trace.stragglers import potential_stragglers
+
+    want = json.loads((REFS / "built" / "sampled_8rank_skewed" / "potential_stragglers.json").read_text())
+    got = potential_stragglers(list(skewed.ranks.values()))
+    assert got["ranks"] == want["potential_stragglers"] == [1, 5]
+    assert got["kernel"].startswith("ncclKernel_SendRecv")
+
+
+@needs_traces
+@pytest.mark.parametrize("name", [n for n in SHARED if "potential_stragglers.json" in os.listdir(REFS / n)])
+def test_potential_stragglers_on_shared_sets(name):
+    from otel_gpu.trace.stragglers import potential_stragglers
+
+    want = json.loads((REFS / name / "potential_stragglers.json").read_text())["potential_stragglers"]
+    assert potential_stragglers(list(trace_set(name).ranks.values()))["ranks"] == want
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SHARED)
+def test_no_answer_where_hta_raises(name):
+    from otel_gpu.trace.stragglers import potential_stragglers
+
+    got = potential_stragglers(list(trace_set(name).ranks.values()))
+    assert (got["error"] is not None) == hta_failed(name, "get_potential_stragglers"), got
+
+
+@needs_traces
+@pytest.mark.parametrize("file, fn, key", [
+    ("queue_length_summary.csv", counters.queue_length_summary, "stream"),
+    ("memory_bw_summary.csv", counters.memory_bw_summary, "name"),
+])
+def test_summary_tables_on_the_skewed_set(skewed, file, fn, key):
+    want = ref("built/sampled_8rank_skewed", file)
+    got = [r for v in skewed.ranks.values() for r in fn(v)]
+    assert [(int(w["rank"]), w[key]) for w in want] == [(g["rank"], str(g[key])) for g in got]
+    for w, g in zip(want, got):
+        for c in STATS:
+            assert close(w[c], g[c]), (c, w, g)
+
+
+def _aten_check(want_rows, got_rows):
+    assert [(w["aten_op_name"], w["kernel_sequence"], int(w["occurrence_count"])) for w in want_rows] == \
+        [(g["aten_op_name"], g["kernel_sequence"], g["occurrence_count"]) for g in got_rows]
+    for w, g in zip(want_rows, got_rows):
+        for c in ("avg_aten_op_launch_delay", "avg_runtime_delay"):
+            assert abs(float(w[c]) - g[c]) <= 1e-3, (c, w, g)
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SHARED)
+def test_aten_op_kernels(name):
+    """HTA 0.5.0 carries earlier ranks' launches into later ranks' tables: rank i's reference is
+    compared with ranks 0..i of ours pooled; rank 0's is exactly ours."""
+    from otel_gpu.trace.aten_ops import aten_op_kernels, aten_op_launches
+
+    ts = trace_set(name)
+    pooled = []
+    for rank, v in ts.ranks.items():
+        pooled += aten_op_launches(v)
+        want = ref(name, f"aten_op_kernels_rank{rank}.csv")
+        if want is None:
+            assert hta_failed(name, "get_aten_op_kernels_and_delay") or not pooled
+            continue
+        _aten_check(want, aten_op_kernels(pooled))
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SHARED)
+def test_gpu_user_annotation_breakdown(name):
+    from otel_gpu.trace.annotations import user_annotation_breakdown
+
+    want = ref(name, "gpu_user_annotation_breakdown.csv")
+    got = user_annotation_breakdown(list(trace_set(name).ranks.values()))
+    if want is None:
+        assert got == []
+        return
+    assert [(int(w["rank"]), w["name"]) for w in want] == [(g["rank"], g["name"]) for g in got]
+    for w, g in zip(want, got):
+        for col, key in (("sum (us)", "sum"), ("max (us)", "max"), ("min (us)", "min"), ("mean (us)", "mean"),
+                         ("stddev", "std")):
+            assert close(w[col], g[key]), (col, w, g)
+
+
+def _series_refs():
+    out = []
+    for name in SHARED:
+        for p in sorted((REFS / name).glob("*_series_rank*.csv")):
+            out.append((name, p.name))
+    return out
+
+
+@needs_traces
+@pytest.mark.parametrize("name, file", _series_refs())
+def test_time_series(name, file):
+    """Queue length and memory bandwidth series, point by point (HTA's pid/tid columns aside)."""
+    rank = int(file.rsplit("rank", 1)[1][:-4])
+    v = trace_set(name).ranks[rank]
+    want = ref(name, file)
+    if file.startswith("queue_length"):
+        got = [(t, s, q) for s, (ts, ql) in counters.queue_length_series(v).items()
+               for t, q in zip(ts.tolist(), ql.tolist())]
+        assert [(float(w["ts"]), int(float(w["stream"])), int(w["queue_length"])) for w in want] == \
+            [(float(t), s, q) for t, s, q in got]
+    else:
+        got = [(t, k, b) for k, (ts, bw) in counters.memory_bw_series(v).items()
+               for t, b in zip(ts.tolist(), bw.tolist())]
+        assert [(float(w["ts"]), w["name"]) for w in want] == [(float(t), k) for t, k, _ in got]
+        for w, (_, _, b) in zip(want, got):
+            assert abs(float(w["memory_bw_gbps"]) - b) <= 1e-6 * max(1.0, abs(b))
+
+
+def test_series_cover_the_shared_sets():
+    assert {"hta_alexnet_single_rank", "hta_nccl_data"} <= {n for n, _ in _series_refs()}
+
+
+@needs_traces
+@pytest.mark.parametrize("name", SHARED)
+def test_kernels_per_annotation(name):
+    """HTA's per-kernel annotation table, counted and summed per annotation (make_reference.py)."""
+    from otel_gpu.trace.annotations import kernels_per_annotation
+
+    want = ref(name, "kernels_per_annotation.csv")
+    got = [r for v in trace_set(name).ranks.values() for r in kernels_per_annotation(v)]
+    if want is None:
+        assert got == []
+        return
+    assert [(int(w["rank"]), w["s_user_annotation"], int(w["count"])) for w in want] == \
+        [(g["rank"], g["annotation"], g["kernels"]) for g in got]
+    for w, g in zip(want, got):
+        assert close(w["sum"], g["kernel_time_us"]), (w, g)

@@ -1,0 +1,203 @@
+"""The reader on hostile input: every valid JSON trace is read whatever its string lengths, what is
+not a trace is refused, and impossible numbers never reach a figure (dropped or cleared, counted
+in a note). Property-based where the input space is large."""
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from otel_gpu.cli import main
+from otel_gpu.trace.analyze import analyze
+from otel_gpu.trace.model import load_set
+from otel_gpu.trace import intake
+from otel_gpu.trace.parse import CHUNK_CHARS, TIME_LIMIT_US, TraceFormatError, read_trace
+
+EDGE = Path("tests/data/traces/edge")
+REAL_GZ = "tests/data/traces/cpu_gloo_sync_straggler/rank1.pt.trace.json.gz"
+
+
+def one_rank(tmp_path, name):
+    d = tmp_path / "run"
+    d.mkdir(exist_ok=True)
+    shutil.copy(EDGE / name, d / name)
+    return d
+
+
+@pytest.mark.parametrize("name, message", [
+    ("not_a_trace_array.json", "not an object: 3"),
+    ("empty_events.json", "'traceEvents' is empty"),
+    ("no_duration_events.json", "none of the 1 elements"),
+    ("string_ts_only.json", "ts missing or not a number: 1"),
+])
+def test_non_traces_refused_with_exit_2(tmp_path, capsys, name, message):
+    d = one_rank(tmp_path, name)
+    assert main(["trace", "analyze", str(d), "--json", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and name in err and "not a PyTorch profiler trace" in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "o.json").exists()
+
+
+@pytest.mark.parametrize("name, kept, note", [
+    ("stream_2pow70.json", 3, "1 events kept with a field cleared (stream/correlation/external id beyond int64"),
+    ("ts_10pow400.json", 2, "1 events not analysed (ts not finite or beyond 2^53 us: 1)"),
+    ("negative_and_infinite_dur.json", 2, "2 events not analysed (negative dur: 1, dur not finite"),
+    ("string_ts_mixed.json", 2, "2 events not analysed (ts missing or not a number: 1, dur not a number: 1)"),
+])
+def test_bad_events_dropped_and_named(tmp_path, name, kept, note):
+    d = one_rank(tmp_path, name)
+    ev = read_trace(str(d / name))
+    assert len(ev) == kept
+    assert (ev.dur >= 0).all() and (ev.ts >= 0).all()
+    doc = analyze(load_set(str(d)))
+    assert any(note in n for n in doc["notes"]), doc["notes"]
+    for t in doc["temporal_breakdown"]:  # figures stay possible
+        assert 0 <= t["idle_time_pctg"] <= 100 and 0 <= t["compute_time_pctg"] <= 100
+
+
+def test_negative_duration_gives_no_impossible_figure(tmp_path):
+    d = one_rank(tmp_path, "negative_and_infinite_dur.json")
+    t = analyze(load_set(str(d)))["temporal_breakdown"][0]
+    # only the kernel at 100 us for 10 us is left: the ones with dur -50 and 1e400 are not analysed
+    assert (t["kernel_time_us"], t["compute_time_us"], t["idle_time_us"]) == (10, 10, 0)
+
+
+def test_long_string_across_the_chunk_boundary(tmp_path):
+    """A 2 MB string (a Python stack) that starts before and ends after the 4 Mi-character read."""
+    filler = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "ts": i, "dur": 1} for i in range(40_000)]
+    events = filler + [{"ph": "X", "cat": "cpu_op", "name": "long", "ts": 50_000, "dur": 3,
+                        "args": {"stack": "x" * (2 << 20)}},
+                       {"ph": "X", "cat": "cpu_op", "name": "after", "ts": 60_000, "dur": 1}]
+    text = json.dumps({"traceEvents": events})
+    start = text.index('"xxxx')
+    assert start < CHUNK_CHARS < start + (2 << 20)  # the string really crosses the first read
+    p = tmp_path / "r.json"
+    p.write_text(text)
+    ev = read_trace(str(p))
+    assert len(ev) == 40_002 and ev.names[ev.name[-1]] == "after"
+
+
+def test_integer_of_thousands_of_digits(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}, '
+                 '{"ph": "X", "cat": "cpu_op", "name": "b", "ts": 1' + "0" * 5000 + ', "dur": 2}]}')
+    ev = read_trace(str(p))
+    assert len(ev) == 1 and ev.dropped == {"ts not finite or beyond 2^53 us": 1}
+
+
+def test_implausible_rank_refused(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text('{"distributedInfo": {"rank": 99999999999}, "traceEvents": '
+                 '[{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}]}')
+    with pytest.raises(TraceFormatError, match="not a plausible rank"):
+        read_trace(str(p))
+
+
+# ---- property-based: any mix of field types ----
+
+_any_number = st.one_of(
+    st.integers(min_value=-(2 ** 80), max_value=2 ** 80),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=0, max_value=10 ** 7),
+)
+_any_value = st.one_of(_any_number, st.none(), st.booleans(), st.text(max_size=5),
+                       st.lists(st.integers(), max_size=2))
+_event = st.fixed_dictionaries(
+    {"ph": st.just("X")},
+    optional={"ts": _any_value, "dur": _any_value, "tid": _any_value,
+              "cat": st.one_of(st.sampled_from(["kernel", "cpu_op", "Trace", "gpu_user_annotation"]), _any_value),
+              "name": _any_value,
+              "args": st.one_of(_any_value, st.fixed_dictionaries({}, optional={
+                  "stream": _any_value, "correlation": _any_value, "External id": _any_value}))})
+_element = st.one_of(_event, _event, _event, _any_value)
+
+
+def _kept_by_oracle(e) -> bool:
+    """What the reader must keep: a duration event whose ts and dur are finite numbers in range."""
+    if not isinstance(e, dict) or e.get("dur") is None or e.get("cat") is None or e.get("cat") == "Trace":
+        return False
+    ts, dur = e.get("ts"), e.get("dur")
+    number = lambda x: type(x) in (int, float) and not math.isnan(x)  # noqa: E731
+    return number(ts) and number(dur) and abs(ts) <= TIME_LIMIT_US and 0 <= dur <= TIME_LIMIT_US
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_element, max_size=30), st.integers(min_value=5, max_value=400))
+def test_any_event_mix_is_read_or_refused_cleanly(tmp_path, elements, chunk):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"traceEvents": elements}))  # NaN/Infinity literals are valid to Python's json
+    want = sum(map(_kept_by_oracle, elements))
+    try:
+        ev = read_trace(str(p), chunk_chars=chunk)
+    except TraceFormatError as exc:
+        assert want == 0, exc
+        return
+    assert len(ev) == want
+    assert sum(ev.dropped.values()) + want <= len(elements)
+    assert ((ev.dur >= -1) & (ev.dur <= TIME_LIMIT_US)).all()  # -1: HTA's rounding of sub-us events
+    assert (ev.stream >= -(2 ** 63)).all()  # ids fit int64 (clamped ones are -1)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 10 ** 6), st.integers(0, 1000), st.text(max_size=300)), min_size=1,
+                max_size=40),
+       st.integers(min_value=3, max_value=2000))
+def test_chunk_size_never_changes_the_result(tmp_path, rows, chunk):
+    events = [{"ph": "X", "cat": "cpu_op", "name": n, "ts": ts, "dur": d, "args": {"s": n * 3}}
+              for ts, d, n in rows]
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"traceEvents": events}, ensure_ascii=False))
+    a, b = read_trace(str(p)), read_trace(str(p), chunk_chars=chunk)
+    assert a.ts.tolist() == b.ts.tolist() and a.dur.tolist() == b.dur.tolist()
+    assert [a.names[i] for i in a.name] == [b.names[i] for i in b.name] == [r[2] for r in rows]
+
+
+_needs_msgspec = pytest.mark.skipif(intake._decode_structs is None,
+                                    reason="msgspec not installed (extra 'trace') or turned off by OTELGPU_TRACE_JSON")
+
+
+def _fields(ev):
+    return ([getattr(ev, f).tolist() for f in ("index", "ts", "dur", "stream", "correlation", "external_id",
+                                              "bw_index", "bw_value")], [ev.names[i] for i in ev.name],
+            [ev.names[i] for i in ev.cat], ev.dropped, ev.clamped, ev.ts_rounded, ev.annotation_tid)
+
+
+@_needs_msgspec
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_element, max_size=30))
+def test_msgspec_and_dict_decoding_agree(tmp_path, monkeypatch, elements):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"traceEvents": elements}))
+
+    def read():
+        try:
+            return _fields(read_trace(str(p)))
+        except TraceFormatError as exc:
+            return str(exc)
+    fast = read()
+    with monkeypatch.context() as m:
+        m.setattr(intake, "_decode_structs", None)
+        assert read() == fast
+
+
+@_needs_msgspec
+@pytest.mark.parametrize("path", [REAL_GZ, "tests/data/traces/edge/stream_2pow70.json",
+                                  "tests/data/traces/edge/negative_and_infinite_dur.json"])
+def test_msgspec_and_dict_decoding_agree_on_files(monkeypatch, path):
+    fast = _fields(read_trace(path))
+    monkeypatch.setattr(intake, "_decode_structs", None)
+    assert _fields(read_trace(path)) == fast
+
+
+def test_number_cut_by_a_read_is_read_whole(tmp_path):
+    """"0.25" cut after "0." by a read used to decode as 0 and then fail on the '.'."""
+    p = tmp_path / "r.json"
+    p.write_text('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2}, "", 0.25, '
+                 '{"ph": "X", "cat": "cpu_op", "name": "b", "ts": 3.5, "dur": 1.25e1}]}')
+    for chunk in range(3, 60):
+        ev = read_trace(str(p), chunk_chars=chunk)
+        assert len(ev) == 2 and ev.dropped == {"traceEvents element that is not an object": 2}, chunk
+        assert ev.dur.tolist() == [2.0, 12.0]  # 3.5 + 12.5 = 16 -> ceil(3.5) = 4, floor(16) - 4 = 12
