@@ -1,0 +1,123 @@
+"""Reading recordings: one or more run directories (one per node) seen as one job.
+
+    rec = Recording.open([Path("otel-gpu-runs/train-20250101T000000Z")])
+    for s in rec.series("otelgpu.train.steps"): print(s.attrs["otelgpu.rank"], s.points[-1])
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .store import DB_NAME, FORMAT
+
+
+class RecordingError(RuntimeError):
+    """A directory that holds no readable recording: one line for the user."""
+
+
+@dataclass
+class Series:
+    """One metric and attribute set: `attrs` is the resource's attributes with the point's on top;
+    `points` are (t unix s, value) in time order; `counts` histogram counts (else empty)."""
+    metric: str
+    kind: str
+    unit: str
+    attrs: dict[str, str]
+    points: list[tuple[float, float]] = field(default_factory=list)
+    counts: list[float] = field(default_factory=list)
+
+    def get(self, key: str, default: str = "") -> str:
+        return self.attrs.get(key, default)
+
+
+def _connect(d: Path) -> sqlite3.Connection:
+    path = d / DB_NAME
+    if not path.is_file():
+        raise RecordingError(f"{d}: not a recording (no {DB_NAME})")
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+    except sqlite3.DatabaseError as exc:
+        raise RecordingError(f"{path}: unreadable ({exc})") from None
+    if meta.get("format") != FORMAT:
+        raise RecordingError(f"{path}: not an otel-gpu recording")
+    return db
+
+
+class Recording:
+    def __init__(self, dirs: Sequence[Path], dbs: Sequence[sqlite3.Connection]):
+        self.dirs = list(dirs)
+        self.dbs = list(dbs)
+        self.metas = [dict(db.execute("SELECT key, value FROM meta")) for db in self.dbs]
+
+    @classmethod
+    def open(cls, dirs: Sequence[Path | str]) -> "Recording":
+        paths = [Path(d) for d in dirs]
+        return cls(paths, [_connect(p) for p in paths])
+
+    def close(self) -> None:
+        for db in self.dbs:
+            db.close()
+
+    def __enter__(self) -> "Recording":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def job(self) -> str | None:
+        return next((m["job"] for m in self.metas if m.get("job")), None)
+
+    def metrics(self) -> list[str]:
+        return sorted({m for db in self.dbs for (m,) in db.execute("SELECT DISTINCT metric FROM series")})
+
+    def span(self) -> tuple[float, float] | None:
+        """(first, last) time of the recording (unix s): the run's start and end when known, else its points."""
+        lo, hi = [], []
+        for db, meta in zip(self.dbs, self.metas):
+            t0, t1 = db.execute("SELECT min(t), max(t) FROM points").fetchone()
+            p0, p1 = db.execute("SELECT min(t0), max(t1) FROM profiles").fetchone()
+            starts = [float(meta["started"])] if meta.get("started") else [x for x in (t0, p0) if x is not None]
+            ends = [float(meta["ended"])] if meta.get("ended") else [x for x in (t1, p1) if x is not None]
+            lo += starts
+            hi += ends
+        return (min(lo), max(hi)) if lo and hi else None
+
+    def series(self, metric: str, t0: float | None = None, t1: float | None = None) -> list[Series]:
+        """Every series of `metric` with its points in [t0, t1]."""
+        out: list[Series] = []
+        lo, hi = (t0 if t0 is not None else -1e18), (t1 if t1 is not None else 1e18)
+        for db in self.dbs:
+            by_id: dict[int, Series] = {}
+            for sid, kind, unit, res, attrs in db.execute(
+                    "SELECT s.id, s.kind, s.unit, r.attrs, s.attrs FROM series s JOIN resources r ON r.id = s.resource "
+                    "WHERE s.metric = ? ORDER BY s.id", (metric,)):
+                by_id[sid] = Series(metric, kind, unit, {**json.loads(res), **json.loads(attrs)})
+            if not by_id:
+                continue
+            for sid, t, value, count in db.execute(
+                    "SELECT p.series, p.t, p.value, p.count FROM points p JOIN series s ON s.id = p.series "
+                    "WHERE s.metric = ? AND p.t BETWEEN ? AND ? ORDER BY p.series, p.t", (metric, lo, hi)):
+                s = by_id[sid]
+                s.points.append((t, value))
+                if count is not None:
+                    s.counts.append(count)
+            out += [s for s in by_id.values() if s.points]
+        return out
+
+    def profile_stacks(self) -> Iterator[tuple[list[str], int, dict[str, str], str]]:
+        """(stack root first, summed value, labels: the series' with the sample's on top, unit) per
+        distinct stack and label set over the whole recording."""
+        for db in self.dbs:
+            q = ("SELECT p.labels, s.labels, st.frames, SUM(s.value), p.unit FROM samples s "
+                 "JOIN profiles p ON p.id = s.profile JOIN stacks st ON st.id = s.stack "
+                 "GROUP BY p.labels, s.labels, s.stack, p.unit")
+            for plabels, slabels, frames, value, unit in db.execute(q):
+                yield json.loads(frames), int(value), {**json.loads(plabels), **json.loads(slabels)}, unit or ""
+
+    def profile_count(self) -> int:
+        return sum(db.execute("SELECT count(*) FROM profiles").fetchone()[0] for db in self.dbs)
