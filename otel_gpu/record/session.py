@@ -37,7 +37,8 @@ def default_job(env: Mapping[str, str], command: Sequence[str]) -> str:
     job = job_name(env)
     if job:
         return job
-    script = next((a for a in command if a.endswith(".py")), command[0])
+    words = [w for a in command for w in a.split()]
+    script = next((w for w in words if w.endswith(".py")), command[0])
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(script).stem).strip("-") or "run"
 
 
