@@ -27,6 +27,10 @@ PUSH_PATH = "/push.v1.PusherService/Push"
 MAX_BODY = 64 << 20   # bytes: larger requests are refused
 
 
+class Closed(RuntimeError):
+    """The run has ended: nothing more is written."""
+
+
 @dataclass
 class Counts:
     metric_requests: int = 0
@@ -47,6 +51,8 @@ class Receiver:
         self.forward_metrics = forward_metrics
         self.forward_profiles = forward_profiles.rstrip("/") + PUSH_PATH if forward_profiles else None
         self._jobs: queue.Queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._closed = False
         self._http = httpx.Client(timeout=10.0) if (forward_metrics or forward_profiles) else None
         self.server = ThreadingHTTPServer((host, port), _handler(self))
         self.server.daemon_threads = True
@@ -63,7 +69,9 @@ class Receiver:
         """Stop accepting and write what is queued (the store stays open)."""
         self.server.shutdown()
         self.server.server_close()
-        self._jobs.put(None)
+        with self._lock:   # a kept-alive connection's handler may still run: it gets a 503 from now on
+            self._closed = True
+            self._jobs.put(None)
         self._threads[1].join()
         if self._http is not None:
             self._http.close()
@@ -73,7 +81,10 @@ class Receiver:
         """Queue rows for the writer and wait until they are committed."""
         done = threading.Event()
         box: list = []
-        self._jobs.put((kind, rows, done, box))
+        with self._lock:
+            if self._closed:
+                raise Closed("the recording is closed")
+            self._jobs.put((kind, rows, done, box))
         done.wait()
         if box:
             raise box[0]
@@ -133,6 +144,8 @@ def _handler(rx: Receiver):
                 return self._answer(400, str(exc).encode())
             try:
                 rx.store(kind, rows)
+            except Closed:
+                return self._answer(503, b"the recording is closed")
             except Exception as exc:
                 log.warning("otel-gpu record: cannot write: %s", exc)
                 return self._answer(500, b"cannot write")
