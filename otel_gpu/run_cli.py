@@ -87,6 +87,12 @@ def run(args) -> int:
                                  profile=not args.no_profile)
     else:
         env = child_env(os.environ, args.pyroscope, args.no_profile, args.job)
+    warm = None
+    if recorded is not None and not args.no_report:   # import the report's code while the command runs
+        import importlib
+        import threading
+        warm = threading.Thread(target=importlib.import_module, args=("otel_gpu.report.build",), daemon=True)
+        warm.start()
     start_agent = args.agent or (recorded is not None and not args.no_agent)
     agent = _start_agent(args.agent_arg, env) if start_agent else None
     try:
@@ -105,6 +111,8 @@ def run(args) -> int:
         _stop(agent)
     status = exit_status(returncode)
     if recorded is not None:
+        if warm is not None:
+            warm.join()
         _finish_recording(recorded, status, report=not args.no_report)
     return status
 

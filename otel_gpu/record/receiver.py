@@ -57,7 +57,8 @@ class Receiver:
         self.server = ThreadingHTTPServer((host, port), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_port}"
-        self._threads = [threading.Thread(target=self.server.serve_forever, name="otelgpu-record-http", daemon=True),
+        self._threads = [threading.Thread(target=self.server.serve_forever, args=(0.05,), name="otelgpu-record-http",
+                                         daemon=True),
                          threading.Thread(target=self._write_loop, name="otelgpu-record-writer", daemon=True)]
 
     def start(self) -> "Receiver":
