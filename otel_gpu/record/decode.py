@@ -82,7 +82,12 @@ def _value(v):
 
 
 def _attrs(kvs) -> tuple:
-    return tuple(sorted((kv.key, _value(kv.value)) for kv in kvs))
+    out = []
+    for kv in kvs:
+        v = kv.value
+        out.append((kv.key, v.string_value if v.WhichOneof("value") == "string_value" else _value(v)))
+    out.sort()
+    return tuple(out)
 
 
 _TEMPORALITY = {1: "delta", 2: "cumulative"}

@@ -33,6 +33,24 @@ class Series:
         return self.attrs.get(key, default)
 
 
+@dataclass(frozen=True)
+class Summary:
+    """One series over a window: points, first/last time (unix s) and value, mean, peak, last count."""
+    n: int
+    first_t: float
+    last_t: float
+    first: float
+    last: float
+    mean: float
+    max: float
+    last_count: float | None = None
+
+    @property
+    def rate(self) -> float | None:
+        """(last - first) / (last_t - first_t): a counter's mean rate, None under two points."""
+        return (self.last - self.first) / (self.last_t - self.first_t) if self.n >= 2 and self.last_t > self.first_t else None
+
+
 def _connect(d: Path) -> sqlite3.Connection:
     path = d / DB_NAME
     if not path.is_file():
@@ -52,6 +70,7 @@ class Recording:
         self.dirs = list(dirs)
         self.dbs = list(dbs)
         self.metas = [dict(db.execute("SELECT key, value FROM meta")) for db in self.dbs]
+        self._stacks: list | None = None
 
     @classmethod
     def open(cls, dirs: Sequence[Path | str]) -> "Recording":
@@ -87,21 +106,33 @@ class Recording:
             hi += ends
         return (min(lo), max(hi)) if lo and hi else None
 
-    def series(self, metric: str, t0: float | None = None, t1: float | None = None) -> list[Series]:
-        """Every series of `metric` with its points in [t0, t1]."""
+    def _series_of(self, db: sqlite3.Connection, metric: str) -> dict[int, Series]:
+        return {sid: Series(metric, kind, unit, {**json.loads(res), **json.loads(attrs)}) for sid, kind, unit, res, attrs in
+                db.execute("SELECT s.id, s.kind, s.unit, r.attrs, s.attrs FROM series s JOIN resources r "
+                           "ON r.id = s.resource WHERE s.metric = ? ORDER BY s.id", (metric,))}
+
+    def series(self, metric: str, t0: float | None = None, t1: float | None = None,
+               step: float | None = None) -> list[Series]:
+        """Every series of `metric` with its points in [t0, t1]. With `step` (s), one point per series
+        and step-long bucket (from t0): its last point for counters and histograms (cumulative
+        values), the bucket's mean value at its last time for gauges."""
         out: list[Series] = []
         lo, hi = (t0 if t0 is not None else -1e18), (t1 if t1 is not None else 1e18)
         for db in self.dbs:
-            by_id: dict[int, Series] = {}
-            for sid, kind, unit, res, attrs in db.execute(
-                    "SELECT s.id, s.kind, s.unit, r.attrs, s.attrs FROM series s JOIN resources r ON r.id = s.resource "
-                    "WHERE s.metric = ? ORDER BY s.id", (metric,)):
-                by_id[sid] = Series(metric, kind, unit, {**json.loads(res), **json.loads(attrs)})
+            by_id = self._series_of(db, metric)
             if not by_id:
                 continue
-            for sid, t, value, count in db.execute(
-                    "SELECT p.series, p.t, p.value, p.count FROM points p JOIN series s ON s.id = p.series "
-                    "WHERE s.metric = ? AND p.t BETWEEN ? AND ? ORDER BY p.series, p.t", (metric, lo, hi)):
+            if step:
+                q = ("SELECT p.series, MAX(p.t), CASE WHEN s.kind IN ('gauge', 'updowncounter') THEN AVG(p.value) "
+                     "ELSE p.value END, p.count FROM points p JOIN series s ON s.id = p.series "
+                     "WHERE s.metric = ? AND p.t BETWEEN ? AND ? GROUP BY p.series, CAST((p.t - ?) / ? AS INTEGER) "
+                     "ORDER BY p.series, 2")
+                rows = db.execute(q, (metric, lo, hi, lo if t0 is not None else 0.0, step)).fetchall()
+            else:
+                rows = db.execute("SELECT p.series, p.t, p.value, p.count FROM points p JOIN series s ON s.id = p.series "
+                                  "WHERE s.metric = ? AND p.t BETWEEN ? AND ? ORDER BY p.series, p.t",
+                                  (metric, lo, hi)).fetchall()
+            for sid, t, value, count in rows:
                 s = by_id[sid]
                 s.points.append((t, value))
                 if count is not None:
@@ -109,15 +140,41 @@ class Recording:
             out += [s for s in by_id.values() if s.points]
         return out
 
-    def profile_stacks(self) -> Iterator[tuple[list[str], int, dict[str, str], str]]:
-        """(stack root first, summed value, labels: the series' with the sample's on top, unit) per
-        distinct stack and label set over the whole recording."""
+    def summaries(self, metric: str, t0: float | None = None, t1: float | None = None) -> list[tuple[Series, Summary]]:
+        """Every series of `metric` with its statistics over [t0, t1] (computed by SQLite), no points."""
+        out = []
+        lo, hi = (t0 if t0 is not None else -1e18), (t1 if t1 is not None else 1e18)
         for db in self.dbs:
-            q = ("SELECT p.labels, s.labels, st.frames, SUM(s.value), p.unit FROM samples s "
-                 "JOIN profiles p ON p.id = s.profile JOIN stacks st ON st.id = s.stack "
-                 "GROUP BY p.labels, s.labels, s.stack, p.unit")
-            for plabels, slabels, frames, value, unit in db.execute(q):
-                yield json.loads(frames), int(value), {**json.loads(plabels), **json.loads(slabels)}, unit or ""
+            by_id = self._series_of(db, metric)
+            if not by_id:
+                continue
+            q = ("WITH agg AS (SELECT p.series AS sid, COUNT(*) AS n, MIN(p.t) AS ft, MAX(p.t) AS lt, "
+                 "AVG(p.value) AS av, MAX(p.value) AS mx FROM points p JOIN series s ON s.id = p.series "
+                 "WHERE s.metric = ? AND p.t BETWEEN ? AND ? GROUP BY p.series) "
+                 "SELECT sid, n, ft, lt, av, mx, f.value, l.value, l.count FROM agg "
+                 "JOIN points f ON f.series = sid AND f.t = ft JOIN points l ON l.series = sid AND l.t = lt")
+            for sid, n, ft, lt, avg, mx, fv, lv, lc in db.execute(q, (metric, lo, hi)):
+                out.append((by_id[sid], Summary(n, ft, lt, fv, lv, avg, mx, lc)))
+        return out
+
+    def profile_stacks(self) -> list[tuple[list[str], int, dict[str, str], str]]:
+        """(stack root first, summed value, labels: the series' with the sample's on top, unit) per
+        distinct stack and label set over the whole recording (read once, then kept; do not modify)."""
+        if self._stacks is None:
+            self._stacks = list(self._read_stacks())
+        return self._stacks
+
+    def _read_stacks(self) -> Iterator[tuple[list[str], int, dict[str, str], str]]:
+        for db in self.dbs:
+            frames = {sid: json.loads(f) for sid, f in db.execute("SELECT id, frames FROM stacks")}
+            labels: dict[tuple[str, str], dict[str, str]] = {}
+            q = ("SELECT p.labels, s.labels, s.stack, SUM(s.value), p.unit FROM samples s "
+                 "JOIN profiles p ON p.id = s.profile GROUP BY p.labels, s.labels, s.stack, p.unit")
+            for plabels, slabels, stack, value, unit in db.execute(q):
+                both = labels.get((plabels, slabels))
+                if both is None:
+                    both = labels[(plabels, slabels)] = {**json.loads(plabels), **json.loads(slabels)}
+                yield frames[stack], int(value), both, unit or ""
 
     def profile_count(self) -> int:
         return sum(db.execute("SELECT count(*) FROM profiles").fetchone()[0] for db in self.dbs)

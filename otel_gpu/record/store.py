@@ -82,24 +82,29 @@ class Writer:
         self.db.execute("BEGIN")
         try:
             for p in points:
-                res = _json(p.resource)
-                rid = self._id(self._resources, res, "INSERT OR IGNORE INTO resources(attrs) VALUES (?)", (res,),
-                               "SELECT id FROM resources WHERE attrs=?", (res,))
-                attrs = _json(p.attrs)
-                key = (p.metric, rid, attrs)
-                sid = self._id(self._series, key,
-                               "INSERT OR IGNORE INTO series(metric, kind, unit, temporality, resource, attrs, bounds) "
-                               "VALUES (?,?,?,?,?,?,?)",
-                               (p.metric, p.kind, p.unit, p.temporality, rid, attrs,
-                                json.dumps(list(p.bounds)) if p.bounds is not None else None),
-                               "SELECT id FROM series WHERE metric=? AND resource=? AND attrs=?", key)
-                rows.append((sid, p.t, p.value, p.count, json.dumps(list(p.buckets)) if p.buckets is not None else None))
+                sid = self._series.get((p.metric, p.resource, p.attrs))
+                if sid is None:
+                    sid = self._series_id(p)
+                rows.append((sid, p.t, p.value, p.count, json.dumps(p.buckets) if p.buckets is not None else None))
             self.db.executemany("INSERT OR REPLACE INTO points VALUES (?,?,?,?,?)", rows)
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
         return len(rows)
+
+    def _series_id(self, p: Point) -> int:
+        res = _json(p.resource)
+        rid = self._id(self._resources, res, "INSERT OR IGNORE INTO resources(attrs) VALUES (?)", (res,),
+                       "SELECT id FROM resources WHERE attrs=?", (res,))
+        attrs = _json(p.attrs)
+        sid = self._id({}, None, "INSERT OR IGNORE INTO series(metric, kind, unit, temporality, resource, attrs, bounds) "
+                       "VALUES (?,?,?,?,?,?,?)",
+                       (p.metric, p.kind, p.unit, p.temporality, rid, attrs,
+                        json.dumps(p.bounds) if p.bounds is not None else None),
+                       "SELECT id FROM series WHERE metric=? AND resource=? AND attrs=?", (p.metric, rid, attrs))
+        self._series[(p.metric, p.resource, p.attrs)] = sid
+        return sid
 
     def add_profiles(self, profiles: Iterable[ProfileRows]) -> int:
         """Store profiles and their samples in one transaction; returns the number of samples."""

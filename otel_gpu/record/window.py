@@ -19,39 +19,19 @@ from ..diagnose import profiles as P
 from ..diagnose.queries import THROTTLE_REASONS, TIMELINE_PHASES
 from ..diagnose.window import (DiagnoseError, GpuStats, NodeStats, RankStats, Timeline, Window, estimate_interval,
                                occupancy, resolution)
-from .reader import Recording, Series
+from .reader import Recording, Series, Summary
 
 VIRTUAL = re.compile(r"^(|lo|docker.*|veth.*|virbr.*|br-.*|cni.*|flannel.*)$")
 LOOKBACK_S = 300.0   # an instant vector's lookback (Prometheus' default)
 
 
-def _last(s: Series) -> float:
-    return s.points[-1][1]
+Stat = tuple[Series, Summary]
 
 
-def _at(s: Series, t: float) -> float | None:
-    """The series' value at `t` (its last point at or before t), as an instant vector sees it."""
-    best = None
-    for pt, v in s.points:
-        if pt > t:
-            break
-        best = v
-    return best
-
-
-def _rate(s: Series) -> float | None:
-    (t0, v0), (t1, v1) = s.points[0], s.points[-1]
-    return (v1 - v0) / (t1 - t0) if len(s.points) >= 2 and t1 > t0 else None
-
-
-def _avg(s: Series) -> float:
-    return mean(v for _, v in s.points)
-
-
-def _group(series: Iterable[Series], keys: tuple[str, ...]) -> dict[tuple, list[Series]]:
-    out: dict[tuple, list[Series]] = defaultdict(list)
-    for s in series:
-        out[tuple(s.get(k) for k in keys)].append(s)
+def _group(items: Iterable[Stat], keys: tuple[str, ...]) -> dict[tuple, list[Stat]]:
+    out: dict[tuple, list[Stat]] = defaultdict(list)
+    for s, st in items:
+        out[tuple(s.get(k) for k in keys)].append((s, st))
     return out
 
 
@@ -63,62 +43,54 @@ def _agg(values: Iterable[float | None], fn: Callable) -> float | None:
 def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
     """rank_summary: per (host, rank) step counter, step-time histogram and phase counters."""
     by = (N.HOST, N.RANK)
-    steps = _group(rec.series(N.TRAIN_STEPS.name, start, end), by)
-    hist = _group(rec.series(N.TRAIN_STEP_DURATION.name, start, end), by)
-    phases = _group(rec.series(N.TRAIN_PHASE_TIME.name, start, end), by)
+    steps = _group(rec.summaries(N.TRAIN_STEPS.name, start, end), by)
+    hist = _group(rec.summaries(N.TRAIN_STEP_DURATION.name, start, end), by)
+    phases = _group(rec.summaries(N.TRAIN_PHASE_TIME.name, start, end), by)
     out = []
     for key, ss in steps.items():
         host, rank = key
         ph: dict[str, float] = defaultdict(float)
-        for s in phases.get(key, []):
-            ph[s.get(N.PHASE)] += _last(s)
-        hs = hist.get(key, [])
-        first = min(s.points[0][0] for s in ss)
-        counted = sum(_at(s, first) or 0.0 for s in hs)
-        between = [_at(s, first) for s in phases.get(key, []) if s.get(N.PHASE) in ("checkpoint", "eval")]
+        for s, st in phases.get(key, []):
+            ph[s.get(N.PHASE)] += st.last
+        first = min(st.first_t for _, st in ss)
+        # the time counted at the first point: step time, plus checkpoint/eval phases present by then
+        at_first = [st.first for s, st in [*hist.get(key, []), *phases.get(key, [])] if st.first_t <= first + 1e-3
+                    and (s.metric == N.TRAIN_STEP_DURATION.name or s.get(N.PHASE) in ("checkpoint", "eval"))]
         out.append(RankStats(
-            rank=rank, host=host, steps=sum(_last(s) for s in ss),
-            step_time_s=sum(_last(s) for s in hs), step_count=sum(s.counts[-1] for s in hs if s.counts),
-            phases=dict(ph), samples=max(len(s.points) for s in ss), first_t=first,
-            last_t=max(s.points[-1][0] for s in ss), first_step_s=counted + sum(v or 0.0 for v in between),
-            started=True))
+            rank=rank, host=host, steps=sum(st.last for _, st in ss),
+            step_time_s=sum(st.last for _, st in hist.get(key, [])),
+            step_count=sum(st.last_count or 0.0 for _, st in hist.get(key, [])),
+            phases=dict(ph), samples=max(st.n for _, st in ss), first_t=first,
+            last_t=max(st.last_t for _, st in ss), first_step_s=sum(at_first), started=True))
     return sorted(out, key=lambda r: (int(r.rank) if r.rank.isdigit() else 1 << 30, r.rank, r.host))
 
 
 def gpus_of(rec: Recording, start: float, end: float) -> list[GpuStats]:
     """gpu_summary: per (host, GPU UUID, index) means, peaks, throttle shares, ranks on it."""
     by = (N.HOST, N.HW_ID, N.GPU_INDEX)
-    g = lambda spec: _group(rec.series(spec.name, start, end), by)   # noqa: E731
+    g = lambda spec, keep=lambda s: True: _group([x for x in rec.summaries(spec.name, start, end) if keep(x[0])], by)  # noqa: E731
     util, sm, power, plimit = g(N.GPU_UTILIZATION), g(N.GPU_SM_ACTIVITY), g(N.GPU_POWER), g(N.GPU_POWER_LIMIT)
     temp, mem, mlimit, procs = g(N.GPU_TEMPERATURE), g(N.GPU_MEMORY_USAGE), g(N.GPU_MEMORY_LIMIT), g(N.GPU_PROCESS_MEMORY)
-    clock = _group([s for s in rec.series(N.GPU_CLOCK.name, start, end) if s.get(N.CLOCK_DOMAIN) == "sm"], by)
-    events = _group([s for s in rec.series(N.GPU_CLOCK_EVENT.name, start, end)
-                     if s.get(N.CLOCK_REASON) in THROTTLE_REASONS], by)
+    clock = g(N.GPU_CLOCK, lambda s: s.get(N.CLOCK_DOMAIN) == "sm")
+    events = g(N.GPU_CLOCK_EVENT, lambda s: s.get(N.CLOCK_REASON) in THROTTLE_REASONS)
+    means = lambda table, key: _agg((st.mean for _, st in table.get(key, [])), mean)  # noqa: E731
+    peaks = lambda table, key: _agg((st.max for _, st in table.get(key, [])), max)  # noqa: E731
     out = []
-    keys = set(util) | set(sm) | set(mem)
-    for key in sorted(keys, key=lambda k: (k[0], int(k[2]) if k[2].isdigit() else 1 << 30, k[1])):
+    for key in sorted(set(util) | set(sm) | set(mem), key=lambda k: (k[0], int(k[2]) if k[2].isdigit() else 1 << 30, k[1])):
         host, uuid, index = key
         throttle: dict[str, list[float]] = defaultdict(list)
-        for s in events.get(key, []):
-            throttle[s.get(N.CLOCK_REASON)].append(_avg(s))
-        ranks = sorted({s.get(N.RANK) for s in procs.get(key, []) if s.get(N.RANK)},
+        for s, st in events.get(key, []):
+            throttle[s.get(N.CLOCK_REASON)].append(st.mean)
+        ranks = sorted({s.get(N.RANK) for s, _ in procs.get(key, []) if s.get(N.RANK)},
                        key=lambda r: int(r) if r.isdigit() else 1 << 30)
-        ms = mem.get(key, [])
+        ms = [st for _, st in mem.get(key, [])]
         out.append(GpuStats(
-            host=host, gpu=index, uuid=uuid,
-            util=_agg((_avg(s) for s in util.get(key, [])), mean), sm=_agg((_avg(s) for s in sm.get(key, [])), mean),
-            power_w=_agg((_avg(s) for s in power.get(key, [])), mean),
-            power_limit_w=_agg((max(v for _, v in s.points) for s in plimit.get(key, [])), max),
-            temp_c=_agg((_avg(s) for s in temp.get(key, [])), mean),
-            temp_max_c=_agg((max(v for _, v in s.points) for s in temp.get(key, [])), max),
-            clock_hz=_agg((_avg(s) for s in clock.get(key, [])), mean),
-            clock_max_hz=_agg((max(v for _, v in s.points) for s in clock.get(key, [])), max),
-            mem_used_b=_agg((max(v for _, v in s.points) for s in ms), max),
-            mem_limit_b=_agg((max(v for _, v in s.points) for s in mlimit.get(key, [])), max),
-            throttle={k: mean(v) for k, v in throttle.items()}, ranks=ranks,
-            samples=max((len(s.points) for s in ms), default=0),
-            first_t=min((s.points[0][0] for s in ms), default=None),
-            last_t=max((s.points[-1][0] for s in ms), default=None)))
+            host=host, gpu=index, uuid=uuid, util=means(util, key), sm=means(sm, key), power_w=means(power, key),
+            power_limit_w=peaks(plimit, key), temp_c=means(temp, key), temp_max_c=peaks(temp, key),
+            clock_hz=means(clock, key), clock_max_hz=peaks(clock, key), mem_used_b=peaks(mem, key),
+            mem_limit_b=peaks(mlimit, key), throttle={k: mean(v) for k, v in throttle.items()}, ranks=ranks,
+            samples=max((st.n for st in ms), default=0), first_t=min((st.first_t for st in ms), default=None),
+            last_t=max((st.last_t for st in ms), default=None)))
     return out
 
 
@@ -126,46 +98,45 @@ def nodes_of(rec: Recording, start: float, end: float) -> list[NodeStats]:
     """node_summary: per host CPU, memory, swap, NIC/IB errors and throughput against link speed, disk writes."""
     hosts: dict[str, dict[str, float | None]] = defaultdict(dict)
 
-    def per_host(spec, keep=lambda s: True):
-        return _group([s for s in rec.series(spec.name, start, end) if keep(s)], (N.HOST,))
+    def per_host(spec, keep=lambda s: True) -> dict[str, list[Stat]]:
+        return {k[0]: v for k, v in _group([x for x in rec.summaries(spec.name, start, end) if keep(x[0])], (N.HOST,)).items()}
 
-    def by_dir_max_sum(ss: list[Series]) -> float | None:   # max over directions of the summed rates
+    def by_dir_max_sum(ss: list[Stat]) -> float | None:   # max over directions of the summed rates
         dirs: dict[str, float] = defaultdict(float)
-        for s in ss:
-            r = _rate(s)
-            if r is not None:
-                dirs[s.get(N.DIRECTION)] += r
+        for s, st in ss:
+            if st.rate is not None:
+                dirs[s.get(N.DIRECTION)] += st.rate
         return max(dirs.values()) if dirs else None
 
-    def limits(ss: list[Series], key: Callable[[Series], tuple]) -> float | None:
+    def limits(ss: list[Stat], key: Callable[[Series], tuple]) -> float | None:
         best: dict[tuple, float] = {}
-        for s in ss:
-            best[key(s)] = max(best.get(key(s), -math.inf), max(v for _, v in s.points))
+        for s, st in ss:
+            best[key(s)] = max(best.get(key(s), -math.inf), st.max)
         return sum(best.values()) if best else None
 
     real = lambda s: not VIRTUAL.match(s.get(N.IFACE))   # noqa: E731
-    for (h,), ss in per_host(N.CPU_UTILIZATION, lambda s: s.get(N.CPU_MODE) == "idle").items():
-        hosts[h]["cpu_busy"] = 1 - mean(_avg(s) for s in ss)
-    for (h,), ss in per_host(N.MEMORY_UTILIZATION).items():
-        hosts[h]["mem_used"] = max(max(v for _, v in s.points) for s in ss)
-    for (h,), ss in per_host(N.PAGING_USAGE, lambda s: s.get(N.PAGING_STATE) == "used").items():
-        hosts[h]["swap_used"] = max(max(v for _, v in s.points) for s in ss)
-    for (h,), ss in per_host(N.PAGING_OPERATIONS).items():
-        hosts[h]["swap_rate"] = _agg((_rate(s) for s in ss), sum)
-    for (h,), ss in per_host(N.NET_ERRORS).items():
-        hosts[h]["nic_errors"] = sum(_last(s) for s in ss)   # delta(): started inside the window
-    for (h,), ss in per_host(N.IB_ERRORS).items():
-        hosts[h]["ib_errors"] = sum(_last(s) for s in ss)
-    for (h,), ss in per_host(N.IB_IO).items():
+    for h, ss in per_host(N.CPU_UTILIZATION, lambda s: s.get(N.CPU_MODE) == "idle").items():
+        hosts[h]["cpu_busy"] = 1 - mean(st.mean for _, st in ss)
+    for h, ss in per_host(N.MEMORY_UTILIZATION).items():
+        hosts[h]["mem_used"] = max(st.max for _, st in ss)
+    for h, ss in per_host(N.PAGING_USAGE, lambda s: s.get(N.PAGING_STATE) == "used").items():
+        hosts[h]["swap_used"] = max(st.max for _, st in ss)
+    for h, ss in per_host(N.PAGING_OPERATIONS).items():
+        hosts[h]["swap_rate"] = _agg((st.rate for _, st in ss), sum)
+    for h, ss in per_host(N.NET_ERRORS).items():
+        hosts[h]["nic_errors"] = sum(st.last for _, st in ss)   # delta(): the series started inside the window
+    for h, ss in per_host(N.IB_ERRORS).items():
+        hosts[h]["ib_errors"] = sum(st.last for _, st in ss)
+    for h, ss in per_host(N.IB_IO).items():
         hosts[h]["ib_rate"] = by_dir_max_sum(ss)
-    for (h,), ss in per_host(N.NET_LIMIT, lambda s: bool(s.get(N.IB_DEVICE))).items():
+    for h, ss in per_host(N.NET_LIMIT, lambda s: bool(s.get(N.IB_DEVICE))).items():
         hosts[h]["ib_limit"] = limits(ss, lambda s: (s.get(N.IB_DEVICE), s.get(N.IB_PORT)))
-    for (h,), ss in per_host(N.NET_IO, real).items():
+    for h, ss in per_host(N.NET_IO, real).items():
         hosts[h]["eth_rate"] = by_dir_max_sum(ss)
-    for (h,), ss in per_host(N.NET_LIMIT, real).items():
+    for h, ss in per_host(N.NET_LIMIT, real).items():
         hosts[h]["eth_limit"] = limits(ss, lambda s: (s.get(N.IFACE),))
-    for (h,), ss in per_host(N.DISK_IO, lambda s: s.get(N.DISK_DIRECTION) == "write").items():
-        hosts[h]["disk_write"] = _agg((_rate(s) for s in ss), sum)
+    for h, ss in per_host(N.DISK_IO, lambda s: s.get(N.DISK_DIRECTION) == "write").items():
+        hosts[h]["disk_write"] = _agg((st.rate for _, st in ss), sum)
     out = []
     for h, v in sorted(hosts.items()):
         ib = v.get("ib_limit")
@@ -246,23 +217,28 @@ def timeline_of(rec: Recording, start: float, end: float, step: float, smooth: f
     n = int(math.floor((end - start) / step + 1e-9)) + 1
     grid = start + step * np.arange(n)
     tl = Timeline(t=[float(x) for x in grid])
-    util, sm = rec.series(N.GPU_UTILIZATION.name, start, end), rec.series(N.GPU_SM_ACTIVITY.name, start, end)
+    read = lambda spec: rec.series(spec.name, start, end, step=step)   # noqa: E731   one point per grid step
+    util, sm = read(N.GPU_UTILIZATION), read(N.GPU_SM_ACTIVITY)
     if util:
         tl.series["util"] = _list(grid_avg(util, grid, smooth))
     if sm:
         tl.series["sm"] = _list(grid_avg(sm, grid, smooth))
-    steps = rec.series(N.TRAIN_STEPS.name, start, end)
+    steps = read(N.TRAIN_STEPS)
     if steps:
         tl.series["steps"] = _list(_nansum([grid_rate(s, grid, smooth) for s in steps], n))
-    by_phase = _group([s for s in rec.series(N.TRAIN_PHASE_TIME.name, start, end)
-                       if s.get(N.PHASE) in TIMELINE_PHASES], (N.PHASE,))
-    for (phase,), ss in by_phase.items():
+    by_phase: dict[str, list[Series]] = defaultdict(list)
+    for s in read(N.TRAIN_PHASE_TIME):
+        if s.get(N.PHASE) in TIMELINE_PHASES:
+            by_phase[s.get(N.PHASE)].append(s)
+    for phase, ss in by_phase.items():
         cum = _list(_nansum([grid_last(s, grid) for s in ss], n))
         tl.series["phase_" + phase] = occupancy(cum, step, ranks)
-    writes = [s for s in rec.series(N.DISK_IO.name, start, end) if s.get(N.DISK_DIRECTION) == "write"]
+    writes = [s for s in read(N.DISK_IO) if s.get(N.DISK_DIRECTION) == "write"]
     if writes:
         tl.series["disk_write"] = _list(_nansum([grid_rate(s, grid, smooth) for s in writes], n))
-    ib = _group(rec.series(N.IB_IO.name, start, end), (N.HOST,))
+    ib: dict[str, list[Series]] = defaultdict(list)
+    for s in read(N.IB_IO):
+        ib[s.get(N.HOST)].append(s)
     if ib:
         per_node = [_nansum([grid_rate(s, grid, smooth) for s in ss], n) for ss in ib.values()]
         tl.series["ib"] = _list(_nanmax(per_node, n))
@@ -271,7 +247,12 @@ def timeline_of(rec: Recording, start: float, end: float, step: float, smooth: f
 
 def profile_of(rec: Recording) -> P.ProfileSummary | None:
     """The recorded profiles as the communication rule reads them (samples in nanoseconds)."""
-    rows = [(list(reversed(stack)), value, labels, {}) for stack, value, labels, unit in rec.profile_stacks()]
+    # the summary groups by rank and asks only whether a sample carries a phase: merge the rest first
+    merged: dict[tuple, int] = defaultdict(int)
+    for stack, value, labels, _unit in rec.profile_stacks():
+        merged[(tuple(stack), labels.get(P.PHASE_LABEL) is not None, labels.get("rank") or "all")] += value
+    rows = [(list(reversed(stack)), value, {"rank": rank, **({P.PHASE_LABEL: "1"} if tagged else {})}, {})
+            for (stack, tagged, rank), value in merged.items()]
     return P.from_samples(rows) if rows else None
 
 

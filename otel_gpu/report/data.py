@@ -22,6 +22,7 @@ MIN_STEP_S = 0.25         # finest grid step: counters are linear between their 
 PHASE_ORDER = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
 COLLECTIVE_PREFIX = N.PREFIX + "train.collective"
 MIN_FLAME_SHARE = 0.001   # flame graph frames under this share of their tree's total are left out
+MAX_FLAME_NODES = 1500    # and at most this many frames per rank and phase (the largest kept)
 NO_PHASE = "(no phase)"
 
 
@@ -87,9 +88,23 @@ def _rows(arrays: list[np.ndarray], fn) -> np.ndarray:
     return out
 
 
+class _Bucketed:
+    """The recording read with one point per series and grid step (what a plot can show)."""
+
+    def __init__(self, rec: Recording, start: float, end: float, step: float):
+        self.rec, self.start, self.end, self.step = rec, start, end, step
+
+    def series(self, metric: str) -> list[Series]:
+        return self.rec.series(metric, self.start, self.end, step=self.step)
+
+    def metrics(self) -> list[str]:
+        return self.rec.metrics()
+
+
 def plots(rec: Recording, start: float, end: float) -> list[dict]:
     grid = grid_of(start, end)
     n, step = len(grid), (grid[1] - grid[0] if len(grid) > 1 else 1.0)
+    rec = _Bucketed(rec, start, end, step) if step > MIN_STEP_S else rec
     hosts = len({s.get(N.HOST) for s in rec.series(N.TRAIN_STEPS.name)}) or 1
     out = []
 
@@ -163,10 +178,24 @@ def plots(rec: Recording, start: float, end: float) -> list[dict]:
 
 # ---- flame graphs ----------------------------------------------------------------------------
 
-def flames(rec: Recording, min_share: float = MIN_FLAME_SHARE) -> dict:
+def _floor(tree: dict, min_share: float, max_nodes: int) -> float:
+    """The smallest frame total kept: `min_share` of the tree, raised so at most `max_nodes` frames stay
+    (a child never outweighs its parent, so what is kept stays one connected tree)."""
+    values, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        values.append(node["v"])
+        todo += node["c"].values()
+    floor = tree["v"] * min_share
+    if len(values) > max_nodes:
+        floor = max(floor, sorted(values, reverse=True)[max_nodes - 1])
+    return floor
+
+
+def flames(rec: Recording, min_share: float = MIN_FLAME_SHARE, max_nodes: int = MAX_FLAME_NODES) -> dict:
     """Per "rank|phase" a flame graph tree `[name index, total value, [children]]` (values in the
-    profile's unit, nanoseconds for pyroscope-io), frames under `min_share` of the tree left out
-    (their time stays in their parent's total); `names` is the shared frame-name table."""
+    profile's unit, nanoseconds for pyroscope-io), the smallest frames left out (`_floor`: their
+    time stays in their parent's total); `names` is the shared frame-name table."""
     trees: dict[str, dict] = {}
     unit = ""
     hosts = {labels.get("node", "") for _, _, labels, _ in rec.profile_stacks()}
@@ -176,18 +205,23 @@ def flames(rec: Recording, min_share: float = MIN_FLAME_SHARE) -> dict:
         if len(hosts) > 1:
             rank = f"{labels.get('node', '')} rank {rank}"
         key = f"{rank}|{labels.get('phase') or NO_PHASE}"
-        node = trees.setdefault(key, {"v": 0, "c": {}})
+        node = trees.get(key)
+        if node is None:
+            node = trees[key] = {"v": 0, "c": {}}
         node["v"] += value
         for frame in stack:
-            node = node["c"].setdefault(frame, {"v": 0, "c": {}})
+            kids = node["c"]
+            node = kids.get(frame)
+            if node is None:
+                node = kids[frame] = {"v": 0, "c": {}}
             node["v"] += value
     names: dict[str, int] = {}
 
     def pack(name: str, node: dict, floor: float) -> list:
-        kids = [pack(k, c, floor) for k, c in sorted(node["c"].items(), key=lambda kv: -kv[1]["v"]) if c["v"] >= floor]
-        return [names.setdefault(name, len(names)), node["v"], kids]
+        kept = sorted(((k, c) for k, c in node["c"].items() if c["v"] >= floor), key=lambda kv: -kv[1]["v"])
+        return [names.setdefault(name, len(names)), node["v"], [pack(k, c, floor) for k, c in kept]]
 
-    packed = {k: pack("total", t, t["v"] * min_share) for k, t in trees.items()}
+    packed = {k: pack("total", t, _floor(t, min_share, max_nodes)) for k, t in trees.items()}
     ranks = sorted({k.split("|")[0] for k in packed}, key=_num_key)
     phases = sorted({k.split("|")[1] for k in packed}, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
     return {"unit": unit or "nanoseconds", "names": list(names), "ranks": ranks, "phases": phases, "trees": packed}
