@@ -98,10 +98,14 @@ class Recording:
         """(first, last) time of the recording (unix s): the run's start and end when known, else its points."""
         lo, hi = [], []
         for db, meta in zip(self.dbs, self.metas):
-            t0, t1 = db.execute("SELECT min(t), max(t) FROM points").fetchone()
+            if meta.get("started") and meta.get("ended"):
+                lo.append(float(meta["started"]))
+                hi.append(float(meta["ended"]))
+                continue
+            t0, t1 = db.execute("SELECT min(t), max(t) FROM points").fetchone()   # cut off: what arrived
             p0, p1 = db.execute("SELECT min(t0), max(t1) FROM profiles").fetchone()
             starts = [float(meta["started"])] if meta.get("started") else [x for x in (t0, p0) if x is not None]
-            ends = [float(meta["ended"])] if meta.get("ended") else [x for x in (t1, p1) if x is not None]
+            ends = [x for x in (t1, p1) if x is not None]
             lo += starts
             hi += ends
         return (min(lo), max(hi)) if lo and hi else None
@@ -168,13 +172,12 @@ class Recording:
         for db in self.dbs:
             frames = {sid: json.loads(f) for sid, f in db.execute("SELECT id, frames FROM stacks")}
             labels: dict[tuple[str, str], dict[str, str]] = {}
-            q = ("SELECT p.labels, s.labels, s.stack, SUM(s.value), p.unit FROM samples s "
-                 "JOIN profiles p ON p.id = s.profile GROUP BY p.labels, s.labels, s.stack, p.unit")
+            q = "SELECT profile_labels, sample_labels, stack, value, unit FROM stack_totals"
             for plabels, slabels, stack, value, unit in db.execute(q):
                 both = labels.get((plabels, slabels))
                 if both is None:
                     both = labels[(plabels, slabels)] = {**json.loads(plabels), **json.loads(slabels)}
-                yield frames[stack], int(value), both, unit or ""
+                yield frames[stack], int(value), both, unit
 
     def profile_count(self) -> int:
         return sum(db.execute("SELECT count(*) FROM profiles").fetchone()[0] for db in self.dbs)

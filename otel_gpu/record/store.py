@@ -11,6 +11,7 @@ read it with the `sqlite3` shell. Tables:
     profiles(id, t0, t1, labels, sample_type, unit, period)               one per pushed pprof profile
     stacks(id, frames)                            JSON list of function names, root first
     samples(profile, stack, labels, value)        labels JSON object; value in the profile's unit
+    stack_totals(profile_labels, sample_labels, stack, value)   samples summed over the run (what reports read)
 
 `Writer` is used by one thread (the receiver's writer); each `add_*` call is one transaction, so a
 crash loses at most the request being written.
@@ -43,6 +44,9 @@ CREATE TABLE IF NOT EXISTS profiles(
   id INTEGER PRIMARY KEY, t0 REAL, t1 REAL, labels TEXT NOT NULL, sample_type TEXT, unit TEXT, period INTEGER);
 CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, frames TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS samples(profile INTEGER NOT NULL, stack INTEGER NOT NULL, labels TEXT NOT NULL, value INTEGER);
+CREATE TABLE IF NOT EXISTS stack_totals(
+  profile_labels TEXT NOT NULL, sample_labels TEXT NOT NULL, stack INTEGER NOT NULL, unit TEXT NOT NULL, value INTEGER,
+  PRIMARY KEY(profile_labels, sample_labels, stack, unit)) WITHOUT ROWID;
 """
 
 
@@ -112,9 +116,9 @@ class Writer:
         self.db.execute("BEGIN")
         try:
             for p in profiles:
+                plabels = _json(sorted(p.labels.items()))
                 pid = self.db.execute("INSERT INTO profiles(t0, t1, labels, sample_type, unit, period) VALUES (?,?,?,?,?,?)",
-                                      (p.t0, p.t1, _json(sorted(p.labels.items())), p.sample_type, p.unit,
-                                       p.period)).lastrowid
+                                      (p.t0, p.t1, plabels, p.sample_type, p.unit, p.period)).lastrowid
                 rows = []
                 for stack, labels, value in p.samples:
                     frames = json.dumps(list(stack), separators=(",", ":"))
@@ -122,6 +126,9 @@ class Writer:
                                    "SELECT id FROM stacks WHERE frames=?", (frames,))
                     rows.append((pid, sid, _json(labels), value))
                 self.db.executemany("INSERT INTO samples VALUES (?,?,?,?)", rows)
+                self.db.executemany("INSERT INTO stack_totals VALUES (?,?,?,?,?) ON CONFLICT DO UPDATE "
+                                    "SET value = value + excluded.value",
+                                    [(plabels, labels, sid, p.unit or "", value) for _, sid, labels, value in rows])
                 n += len(rows)
             self.db.execute("COMMIT")
         except BaseException:

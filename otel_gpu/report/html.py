@@ -31,13 +31,13 @@ def render(data: dict) -> str:
 <h1>{html.escape(title)}</h1>
 <div class="meta">{html.escape(data['subtitle'])}</div>
 <div id="errors"></div>
-<h2>Steps</h2>
-<table id="summary"><tr><th>rank</th><th>steps</th><th>median step time</th></tr>{ranks}</table>
-<h2>Findings</h2>
-<div id="findings"></div>
-<h2>Time series</h2>
-<div id="plots"></div>
-<h2>Flame graphs (wall clock)</h2>
+<section id="sec-summary"><h2>Steps</h2>
+<table id="summary"><tr><th>rank</th><th>steps</th><th>median step time</th></tr>{ranks}</table></section>
+<section id="sec-findings"><h2>Findings</h2>
+<div id="findings"></div></section>
+<section id="sec-plots"><h2>Time series</h2>
+<div id="plots"></div></section>
+<h2 id="flames">Flame graphs (wall clock)</h2>
 <div id="flame-controls">
 <label>rank <select id="flame-rank"></select></label>
 <label>phase <select id="flame-phase"></select></label>

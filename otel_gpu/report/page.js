@@ -74,7 +74,7 @@ function plots() {
       series: [{ value: (u, v) => (v == null ? "" : when(v)) }, ...series.map((s, i) => {
         const color = COLORS[(p.stacked ? series.length - 1 - i : i) % COLORS.length];
         return { label: s.label, stroke: color, width: 1.5, dash: s.dash ? [6, 4] : undefined,
-                 fill: p.stacked ? color + "99" : undefined, value: (u, v) => human(v, p.unit), spanGaps: false,
+                 fill: p.stacked ? color : undefined, value: (u, v) => human(v, p.unit), spanGaps: false,
                  points: { show: p.x.length < 60 } };
       })],
       axes: [{}, { size: 80, values: (u, vals) => vals.map((v) => human(v, p.unit)) }],
@@ -129,7 +129,8 @@ function drawFlame() {
     .transitionDuration(0).minFrameSize(1).sort(true)
     .label((d) => `${d.data.name}: ${seconds(d.value).toFixed(3)} s (${(100 * d.value / total).toFixed(1)}%)`);
   d3.select(box).datum(tree).call(chart);
-  location.hash = "rank=" + encodeURIComponent(rank) + "&phase=" + encodeURIComponent(phase);
+  const view = new URLSearchParams(location.hash.slice(1)).get("view");
+  location.hash = "rank=" + encodeURIComponent(rank) + "&phase=" + encodeURIComponent(phase) + (view ? "&view=" + view : "");
 }
 
 function flames() {
@@ -144,6 +145,9 @@ function flames() {
   document.getElementById("flame-search").addEventListener("input", (e) => chart && chart.search(e.target.value));
   document.getElementById("flame-reset").addEventListener("click", () => chart && chart.resetZoom());
   drawFlame();
+  if (want.get("view") === "flame") {   // the flame graph alone (a link to share, a screenshot)
+    for (const id of ["sec-summary", "sec-findings", "sec-plots"]) document.getElementById(id).style.display = "none";
+  }
 }
 
 findings();
