@@ -105,12 +105,13 @@ def node_view(now: Snapshot, prev: Snapshot, dt: float):
             utils = [u for u in (_one(now, names.GPU_UTILIZATION, **{names.HW_ID: x}) for x in rest) if u is not None]
             sms = [u for u in (_one(now, names.GPU_SM_ACTIVITY, **{names.HW_ID: x}) for x in rest) if u is not None]
             parts.append(Text(f"+{len(rest)} more GPUs: mean util {_pct(sum(utils) / len(utils) if utils else None)}, "
-                              f"SM act {_pct(sum(sms) / len(sms) if sms else None)}", style="dim"))
+                              f"SM act {_pct(sum(sms) / len(sms) if sms else None)}", style="dim", no_wrap=True))
 
-    cpu = [f"{m} {_pct(_one(now, names.CPU_UTILIZATION, **{names.CPU_MODE: m})).strip()}" for m in ("user", "system", "iowait", "idle")]
+    cpu = [f"{label} {_pct(_one(now, names.CPU_UTILIZATION, **{names.CPU_MODE: m})).strip()}"
+           for label, m in (("user", "user"), ("sys", "system"), ("iowait", "iowait"), ("idle", "idle"))]
     load = _one(now, names.LOAD_1M)
-    parts.append(Text("CPU " + "  ".join(cpu) + f"   memory {_pct(_one(now, names.MEMORY_UTILIZATION)).strip()}"
-                      + ("" if load is None else f"   load {load:.2f}")))
+    parts.append(Text("CPU " + " ".join(cpu) + f"  memory {_pct(_one(now, names.MEMORY_UTILIZATION)).strip()}"
+                      + ("" if load is None else f"  load {load:.1f}"), no_wrap=True, overflow="ellipsis"))
 
     links = []
     for iface in _by(now, names.NET_IO, names.IFACE):

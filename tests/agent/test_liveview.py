@@ -88,4 +88,4 @@ def test_the_view_fits_80x24_with_one_line_per_gpu(gpus, ifaces, ports, disks):
     assert all("99.0%" in r and "21.0%" in r for r in rows)
     if gpus > 8:
         assert any(f"+{gpus - 8} more GPUs" in line for line in lines)
-    assert any(line.startswith("CPU user") for line in lines)
+    assert any(line.startswith("CPU user") and "load 12.5" in line for line in lines)   # one line, not wrapped
