@@ -22,6 +22,7 @@ import io
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -265,20 +266,30 @@ def big(hours: float) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def timed(args):
-        t = time.perf_counter()
-        p = subprocess.run([sys.executable, "-m", "otel_gpu", *args], env=env, capture_output=True, text=True)
-        if p.returncode != 0:
-            raise SystemExit(f"otel-gpu {' '.join(args)} failed: {p.stderr}")
-        return time.perf_counter() - t, p.stdout
+        """Best of 3 (wall s, CPU s of the child, stdout): the machine's other load only adds."""
+        best = None
+        for _ in range(3):
+            c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t = time.perf_counter()
+            p = subprocess.run([sys.executable, "-m", "otel_gpu", *args], env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - t
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            if p.returncode != 0:
+                raise SystemExit(f"otel-gpu {' '.join(args)} failed: {p.stderr}")
+            cpu = (c1.ru_utime - c0.ru_utime) + (c1.ru_stime - c0.ru_stime)
+            if best is None or wall < best[0]:
+                best = (wall, cpu, p.stdout)
+        return best
 
-    rep_s, _ = timed(["report", str(d), "-o", str(tmp / "report.html")])
-    diag_s, out = timed(["diagnose", str(d)])
+    rep_s, rep_cpu, _ = timed(["report", str(d), "-o", str(tmp / "report.html")])
+    diag_s, diag_cpu, out = timed(["diagnose", str(d)])
     html = (tmp / "report.html").stat().st_size
     print(f"\n3. generated recording: {hours:g} h, 8 ranks, 8 GPUs, {g['series']} series, {g['points']} points, "
           f"{g['samples']} profile samples; written in {g['write_s']:.1f} s ({g['write_s'] / g['points'] * 1e6:.1f} us/point)")
     print(f"   size on disk: {db / 1e6:.1f} MB ({db / hours / 1e6:.1f} MB per hour)")
-    print(f"{'':<26} {'ours':>10} {'bar':>10} {'ratio':>8}")
-    for name, ours, bar, unit in (("otel-gpu report (wall)", rep_s, 10.0, "s"), ("otel-gpu diagnose (wall)", diag_s, 2.0, "s"),
+    print(f"{'':<26} {'ours':>10} {'bar':>10} {'ratio':>8}   (best of 3; CPU = the command's user + system time)")
+    for name, ours, bar, unit in (("otel-gpu report (wall)", rep_s, 10.0, "s"), ("otel-gpu report (CPU)", rep_cpu, 10.0, "s"),
+                                  ("otel-gpu diagnose (wall)", diag_s, 2.0, "s"), ("otel-gpu diagnose (CPU)", diag_cpu, 2.0, "s"),
                                   ("report.html size", html / 1e6, 5.0, "MB")):
         print(f"{name:<26} {ours:9.2f}{unit[0]} {bar:9.1f}{unit[0]} {ours / bar:8.2f}")
     print("   diagnose said: " + out.strip().splitlines()[0][:160] if out.strip() else "")
