@@ -145,12 +145,19 @@ class Recording:
         return out
 
     def summaries(self, metric: str, t0: float | None = None, t1: float | None = None) -> list[tuple[Series, Summary]]:
-        """Every series of `metric` with its statistics over [t0, t1] (computed by SQLite), no points."""
+        """Every series of `metric` with its statistics over [t0, t1], no points: from `series_stats`
+        when the window spans a cleanly closed recording, else computed by SQLite from the points."""
         out = []
         lo, hi = (t0 if t0 is not None else -1e18), (t1 if t1 is not None else 1e18)
-        for db in self.dbs:
+        for db, meta in zip(self.dbs, self.metas):
             by_id = self._series_of(db, metric)
             if not by_id:
+                continue
+            if self._whole_run(db, meta, lo, hi):
+                q = ("SELECT st.series, st.n, st.first_t, st.last_t, st.mean, st.max, st.first, st.last, st.last_count "
+                     "FROM series_stats st JOIN series s ON s.id = st.series WHERE s.metric = ?")
+                for sid, n, ft, lt, avg, mx, fv, lv, lc in db.execute(q, (metric,)):
+                    out.append((by_id[sid], Summary(n, ft, lt, fv, lv, avg, mx, lc)))
                 continue
             q = ("WITH agg AS (SELECT p.series AS sid, COUNT(*) AS n, MIN(p.t) AS ft, MAX(p.t) AS lt, "
                  "AVG(p.value) AS av, MAX(p.value) AS mx FROM points p JOIN series s ON s.id = p.series "
@@ -160,6 +167,15 @@ class Recording:
             for sid, n, ft, lt, avg, mx, fv, lv, lc in db.execute(q, (metric, lo, hi)):
                 out.append((by_id[sid], Summary(n, ft, lt, fv, lv, avg, mx, lc)))
         return out
+
+    @staticmethod
+    def _whole_run(db: sqlite3.Connection, meta: dict, lo: float, hi: float) -> bool:
+        if not (meta.get("started") and meta.get("ended")):
+            return False
+        if not (lo <= float(meta["started"]) and hi >= float(meta["ended"])):
+            return False
+        return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'series_stats'").fetchone() is not None and \
+            db.execute("SELECT 1 FROM series_stats LIMIT 1").fetchone() is not None
 
     def profile_stacks(self) -> list[tuple[list[str], int, dict[str, str], str]]:
         """(stack root first, summed value, labels: the series' with the sample's on top, unit) per

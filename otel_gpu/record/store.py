@@ -12,6 +12,8 @@ read it with the `sqlite3` shell. Tables:
     stacks(id, frames)                            JSON list of function names, root first
     samples(profile, stack, labels, value)        labels JSON object; value in the profile's unit
     stack_totals(profile_labels, sample_labels, stack, value)   samples summed over the run (what reports read)
+    series_stats(series, n, first_t, first, last_t, last, last_count, mean, max)   per series over the whole
+                                                  run, written when the recording is closed (absent after a crash)
 
 `Writer` is used by one thread (the receiver's writer); each `add_*` call is one transaction, so a
 crash loses at most the request being written.
@@ -44,6 +46,9 @@ CREATE TABLE IF NOT EXISTS profiles(
   id INTEGER PRIMARY KEY, t0 REAL, t1 REAL, labels TEXT NOT NULL, sample_type TEXT, unit TEXT, period INTEGER);
 CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, frames TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS samples(profile INTEGER NOT NULL, stack INTEGER NOT NULL, labels TEXT NOT NULL, value INTEGER);
+CREATE TABLE IF NOT EXISTS series_stats(
+  series INTEGER PRIMARY KEY, n INTEGER, first_t REAL, first REAL, last_t REAL, last REAL, last_count REAL,
+  mean REAL, max REAL);
 CREATE TABLE IF NOT EXISTS stack_totals(
   profile_labels TEXT NOT NULL, sample_labels TEXT NOT NULL, stack INTEGER NOT NULL, unit TEXT NOT NULL, value INTEGER,
   PRIMARY KEY(profile_labels, sample_labels, stack, unit)) WITHOUT ROWID;
@@ -66,6 +71,7 @@ class Writer:
         self._resources: dict[str, int] = {}
         self._series: dict[tuple, int] = {}
         self._stacks: dict[tuple, int] = {}
+        self._stats: dict[int, list] = {}   # series -> [n, first_t, first, last_t, last, last_count, sum, max]
         self.set_meta({"format": FORMAT, "version": VERSION, **dict(meta)})
 
     def set_meta(self, meta: Mapping[str, str]) -> None:
@@ -90,6 +96,17 @@ class Writer:
                 if sid is None:
                     sid = self._series_id(p)
                 rows.append((sid, p.t, p.value, p.count, json.dumps(p.buckets) if p.buckets is not None else None))
+                st = self._stats.get(sid)
+                if st is None:
+                    self._stats[sid] = [1, p.t, p.value, p.t, p.value, p.count, p.value, p.value]
+                else:
+                    st[0] += 1
+                    st[6] += p.value
+                    st[7] = max(st[7], p.value)
+                    if p.t < st[1]:
+                        st[1], st[2] = p.t, p.value
+                    if p.t >= st[3]:
+                        st[3], st[4], st[5] = p.t, p.value, p.count
             self.db.executemany("INSERT OR REPLACE INTO points VALUES (?,?,?,?,?)", rows)
             self.db.execute("COMMIT")
         except BaseException:
@@ -137,5 +154,10 @@ class Writer:
         return n
 
     def close(self) -> None:
+        """Write the per-series statistics of the whole run, checkpoint the journal, close."""
+        with self.db:
+            self.db.executemany("INSERT OR REPLACE INTO series_stats VALUES (?,?,?,?,?,?,?,?,?)",
+                                [(sid, n, ft, f, lt, last, lc, total / n, mx)
+                                 for sid, (n, ft, f, lt, last, lc, total, mx) in self._stats.items()])
         self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self.db.close()

@@ -52,3 +52,20 @@ def test_report_and_diagnose_commands_take_several_directories(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "node-b rank 3: 400 steps" in r.stdout and "job.html" in r.stdout
     assert "node-b rank 3" in (tmp_path / "job.html").read_text()
+
+
+def test_whole_run_statistics_kept_at_close_equal_those_computed_from_the_points(tmp_path):
+    a, _ = two_nodes(tmp_path)
+    with Recording.open([a]) as rec:
+        meta = rec.metas[0]
+        inside = float(meta["ended"]) - 0.1          # a window that is not the whole run: computed from points
+        assert rec._whole_run(rec.dbs[0], meta, -1e18, 1e18) and not rec._whole_run(rec.dbs[0], meta, -1e18, inside)
+        for metric in rec.metrics():
+            kept = {tuple(sorted(s.attrs.items())): st for s, st in rec.summaries(metric)}
+            computed = {tuple(sorted(s.attrs.items())): st for s, st in rec.summaries(metric, None, inside)}
+            assert kept.keys() == computed.keys() and kept
+            for k, st in kept.items():
+                c = computed[k]
+                assert (st.n, st.first_t, st.last_t, st.first, st.last, st.max, st.last_count) == \
+                    (c.n, c.first_t, c.last_t, c.first, c.last, c.max, c.last_count)
+                assert abs(st.mean - c.mean) <= 1e-9 * max(1.0, abs(c.mean))
