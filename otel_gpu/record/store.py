@@ -154,10 +154,11 @@ class Writer:
         return n
 
     def close(self) -> None:
-        """Write the per-series statistics of the whole run, checkpoint the journal, close."""
+        """Write the per-series statistics of the whole run, fold the journal into the file, close."""
         with self.db:
             self.db.executemany("INSERT OR REPLACE INTO series_stats VALUES (?,?,?,?,?,?,?,?,?)",
                                 [(sid, n, ft, f, lt, last, lc, total / n, mx)
                                  for sid, (n, ft, f, lt, last, lc, total, mx) in self._stats.items()])
         self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.db.execute("PRAGMA journal_mode=DELETE")   # finished: one plain file, no -wal/-shm beside it
         self.db.close()
