@@ -98,3 +98,17 @@ def test_grpc_with_record_is_refused(tmp_path):
     env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
     proc = subprocess.run(RUN + ["--record", str(tmp_path / "r"), "--", "true"], env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "http/protobuf" in proc.stderr and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["diagnose"], "either RUN_DIR"),
+    (["diagnose", "somedir", "--prometheus", "http://127.0.0.1:9"], "either RUN_DIR"),
+    (["diagnose", "somedir", "--last", "1h"], "whole recording"),
+    (["diagnose", "somedir", "--job", "j"], "whole recording"),
+    (["report", "no-such-dir"], "no such directory"),
+])
+def test_recording_readers_refuse_bad_arguments_in_one_line(args, message, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "otel_gpu", *args], env=clean_env(), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and message in proc.stderr and "Traceback" not in proc.stderr
