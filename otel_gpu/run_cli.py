@@ -94,7 +94,8 @@ def run(args) -> int:
         warm = threading.Thread(target=importlib.import_module, args=("otel_gpu.report.build",), daemon=True)
         warm.start()
     start_agent = args.agent or (recorded is not None and not args.no_agent)
-    agent = _start_agent(args.agent_arg, env) if start_agent else None
+    agent_log = recorded.directory / "agent.log" if recorded is not None else None
+    agent = _start_agent(args.agent_arg, env, agent_log) if start_agent else None
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as exc:
@@ -151,13 +152,17 @@ def _finish_recording(recorded, status: int, report: bool) -> None:
     print(summary, file=sys.stderr, flush=True)
 
 
-def _start_agent(extra: list[str], env: Mapping[str, str]) -> subprocess.Popen | None:
+def _start_agent(extra: list[str], env: Mapping[str, str], log: Path | None = None) -> subprocess.Popen | None:
+    """The node agent beside the command; its messages go to `log` when given (a recorded run's agent.log)."""
     agent_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     agent_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-c", "import sys; from otel_gpu.cli import main; sys.exit(main())",
            "agent", "--no-live", *extra]
     try:
-        return subprocess.Popen(cmd, env=agent_env, stdin=subprocess.DEVNULL)
+        if log is None:
+            return subprocess.Popen(cmd, env=agent_env, stdin=subprocess.DEVNULL)
+        with open(log, "ab") as out:
+            return subprocess.Popen(cmd, env=agent_env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     except OSError as exc:
         print(f"otel-gpu run: node agent not started: {exc}", file=sys.stderr)
         return None

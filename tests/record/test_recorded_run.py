@@ -51,6 +51,7 @@ def test_run_exits_within_a_second_of_the_command_and_prints_the_summary(two_ran
     assert "rank 0: 250 steps" not in err and "rank 0: 249 steps, median step" in err and "rank 1: 249 steps" in err
     assert f"report {r.directory / 'report.html'}" in err or "report.html" in err.splitlines()[-1]
     assert "retrying" not in err.lower() and "connection refused" not in err.lower()
+    assert "otel-gpu agent" not in err and "sampling every" in (r.directory / "agent.log").read_text()
     assert (r.directory / "report.html").stat().st_size > 100_000
 
 
