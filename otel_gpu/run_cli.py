@@ -141,9 +141,8 @@ def _finish_recording(recorded, status: int, report: bool) -> None:
     if not report:
         print(f"otel-gpu run: recorded {relative(recorded.directory)}", file=sys.stderr)
         return
-    from .report.build import write_report_for_run
-
     try:
+        from .report.build import write_report_for_run
         summary = write_report_for_run(recorded.directory)
     except Exception as exc:   # the recording is safe on disk; the report can be written again
         print(f"otel-gpu run: recorded {relative(recorded.directory)}; report failed ({exc}): "
