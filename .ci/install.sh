@@ -12,10 +12,12 @@ PY="${PYTHON:-$(command -v python3 || command -v python)}"
 step() { printf '[install] %s\n' "$*"; }
 now() { date +%s; }
 
-# 1. Debian packages: Prometheus, node_exporter, docker-compose (config validation only).
+# 1. Debian packages: Prometheus, node_exporter, docker-compose (config validation only), Chromium
+#    (headless, to open the recorded-run report in tests/record/test_report_browser.py).
 t0=$(now)
 missing=()
-for pair in prometheus:prometheus prometheus-node-exporter:prometheus-node-exporter docker-compose:docker-compose; do
+for pair in prometheus:prometheus prometheus-node-exporter:prometheus-node-exporter docker-compose:docker-compose \
+            chromium:chromium; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 done
@@ -26,7 +28,7 @@ if ((${#missing[@]})); then
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
   step "apt: done in $(($(now) - t0)) s"
 else
-  step "apt: prometheus, prometheus-node-exporter, docker-compose already installed"
+  step "apt: prometheus, prometheus-node-exporter, docker-compose, chromium already installed"
 fi
 
 # 2. From Debian sid, with a private apt state so the machine's sources stay untouched:

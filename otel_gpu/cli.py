@@ -38,6 +38,8 @@ def _subcommands():
     yield diagnose_cli.register
     from .dashboards import cli as dashboards_cli
     yield dashboards_cli.register
+    from .report import cli as report_cli
+    yield report_cli.register
 
 
 def build_parser() -> argparse.ArgumentParser:

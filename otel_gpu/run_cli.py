@@ -1,4 +1,10 @@
-"""`otel-gpu run [--pyroscope URL] [--no-profile] -- COMMAND...`: telemetry without code change.
+"""`otel-gpu run [--record DIR] [--pyroscope URL] [--no-profile] -- COMMAND...`: telemetry without code change.
+
+With no OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT) and no Pyroscope server configured, the run is
+recorded: metrics of every rank and of the node agent, and every rank's profiles, go to loopback
+receivers that write ./otel-gpu-runs/<job>-<UTC time>/ (or --record DIR); at the end a report
+(report.html) is written and a short summary printed. --record with a collector or Pyroscope
+configured records and forwards to them. --no-record keeps the plain OTLP behaviour.
 
 Every Python process the command starts (python, torchrun, deepspeed, llamafactory-cli
 and their ranks) imports our `sitecustomize` from PYTHONPATH, which instruments torch
@@ -30,7 +36,13 @@ def register(sub) -> None:
     p.add_argument("--pyroscope", metavar="URL", type=url_type(), help="Pyroscope server to stream profiles to (else $OTELGPU_PYROSCOPE_URL)")
     p.add_argument("--no-profile", action="store_true", help="metrics only, no profiling")
     p.add_argument("--job", type=_job_name, help="job name on every series and profile (else $OTELGPU_JOB, Slurm or torchelastic)")
-    p.add_argument("--agent", action="store_true", help="also run the node agent (`otel-gpu agent`) for the command's lifetime")
+    p.add_argument("--record", metavar="DIR", help="record the run into DIR (default when no collector and no Pyroscope "
+                                                   "is configured: ./otel-gpu-runs/<job>-<UTC time>)")
+    p.add_argument("--no-record", action="store_true", help="never record; export over OTLP as configured")
+    p.add_argument("--no-report", action="store_true", help="record, but write no report at the end")
+    p.add_argument("--agent", action="store_true", help="also run the node agent (`otel-gpu agent`) for the command's "
+                                                        "lifetime (always, when recording)")
+    p.add_argument("--no-agent", action="store_true", help="when recording: do not start the node agent")
     p.add_argument("--agent-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the node agent (repeatable), e.g. --agent-arg=--no-gpu")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the training command, after --")
@@ -86,14 +98,33 @@ def run(args) -> int:
         raise UsageError("no command given: otel-gpu run [options] -- COMMAND...")
     if shutil.which(command[0]) is None and not Path(command[0]).is_file():
         raise UsageError(f"command not found: {command[0]}")
-    env = child_env(os.environ, args.pyroscope, args.no_profile, args.job)
-    if args.agent:
-        check_agent_args(args.agent_arg, env)
-    agent = _start_agent(args.agent_arg, env) if args.agent else None
+    if args.record and args.no_record:
+        raise UsageError("give either --record or --no-record, not both")
+    record = bool(args.record or (not args.no_record and _record_by_default(os.environ, args.pyroscope)))
+    start_agent = args.agent or (record and not args.no_agent)
+    if start_agent:   # before anything starts: a bad --agent-arg is exit 2 with nothing left behind
+        check_agent_args(args.agent_arg, child_env(os.environ, args.pyroscope, args.no_profile, args.job))
+    recorded = None
+    if record:
+        recorded = _start_recording(args, command)
+        env = recorded.child_env(child_env(os.environ, args.pyroscope, args.no_profile, recorded.job),
+                                 profile=not args.no_profile)
+    else:
+        env = child_env(os.environ, args.pyroscope, args.no_profile, args.job)
+    warm = None
+    if recorded is not None and not args.no_report:   # import the report's code while the command runs
+        import importlib
+        import threading
+        warm = threading.Thread(target=importlib.import_module, args=("otel_gpu.report.build",), daemon=True)
+        warm.start()
+    agent_log = recorded.directory / "agent.log" if recorded is not None else None
+    agent = _start_agent(args.agent_arg, env, agent_log) if start_agent else None
     try:
         proc = subprocess.Popen(command, env=env)
     except OSError as exc:
         _stop(agent)
+        if recorded is not None:
+            recorded.finish(127)
         raise UsageError(f"cannot start {command[0]}: {exc.strerror or exc}") from None
     forwarded = {s: signal.signal(s, lambda num, frame: proc.send_signal(num)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -102,16 +133,58 @@ def run(args) -> int:
         for s, handler in forwarded.items():
             signal.signal(s, handler)
         _stop(agent)
-    return exit_status(returncode)
+    status = exit_status(returncode)
+    if recorded is not None:
+        if warm is not None:
+            warm.join()
+        _finish_recording(recorded, status, report=not args.no_report)
+    return status
 
 
-def _start_agent(extra: list[str], env: Mapping[str, str]) -> subprocess.Popen | None:
+def _record_by_default(env: Mapping[str, str], pyroscope: str | None) -> bool:
+    from .record.session import wants_recording
+    return wants_recording(env, pyroscope)
+
+
+def _start_recording(args, command: list[str]):
+    import time
+
+    from .record.session import DEFAULT_ROOT, RecordedRun, default_job, run_dir
+
+    job = args.job or default_job(os.environ, command)
+    directory = Path(args.record) if args.record else run_dir(Path(DEFAULT_ROOT), job, time.time())
+    return RecordedRun(directory, job, command, os.environ, args.pyroscope)
+
+
+def _finish_recording(recorded, status: int, report: bool) -> None:
+    """Close the store; then write the report and print the summary (a failure there is one line)."""
+    from .record.session import relative
+
+    recorded.finish(status)
+    if not report:
+        print(f"otel-gpu run: recorded {relative(recorded.directory)}", file=sys.stderr)
+        return
+    try:
+        from .report.build import write_report_for_run
+        summary = write_report_for_run(recorded.directory)
+    except Exception as exc:   # the recording is safe on disk; the report can be written again
+        print(f"otel-gpu run: recorded {relative(recorded.directory)}; report failed ({exc}): "
+              f"run `otel-gpu report {relative(recorded.directory)}`", file=sys.stderr)
+        return
+    print(summary, file=sys.stderr, flush=True)
+
+
+def _start_agent(extra: list[str], env: Mapping[str, str], log: Path | None = None) -> subprocess.Popen | None:
+    """The node agent beside the command; its messages go to `log` when given (a recorded run's agent.log)."""
     agent_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
     agent_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-c", "import sys; from otel_gpu.cli import main; sys.exit(main())",
            "agent", "--no-live", *extra]
     try:
-        return subprocess.Popen(cmd, env=agent_env, stdin=subprocess.DEVNULL)
+        if log is None:
+            return subprocess.Popen(cmd, env=agent_env, stdin=subprocess.DEVNULL)
+        with open(log, "ab") as out:
+            return subprocess.Popen(cmd, env=agent_env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     except OSError as exc:
         print(f"otel-gpu run: node agent not started: {exc}", file=sys.stderr)
         return None

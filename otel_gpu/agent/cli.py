@@ -158,14 +158,10 @@ def run_doctor(args) -> int:
         print(json.dumps(report, indent=1, default=str))
         return 0
     from rich.console import Console
-    from rich.pretty import Pretty
 
-    console = Console()
-    for note in node.notes:
-        console.print(f"[yellow]{note}[/]")
-    for name, info in report["sources"].items():
-        console.rule(name)
-        console.print(Pretty(info, expand_all=True))
+    from .doctor_view import doctor_view
+
+    Console().print(doctor_view(report))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""The embedded default's terminal view: the node at a glance, refreshed every interval.
+"""The embedded default's terminal view: the node at a glance in an 80x24 terminal, refreshed every interval.
 
 `node_view()` is pure (two store snapshots in, rich renderables out); `run_live()` is the loop.
 """
@@ -50,59 +50,102 @@ def _bytes(x: float | None, per_s: bool = False) -> str:
     return "-"
 
 
-def node_view(now: Snapshot, prev: Snapshot, dt: float):
-    """Tables for GPUs, network (against link speed), disks and CPU from two snapshots `dt` s apart."""
-    from rich.console import Group
+MAX_GPU_ROWS = 8     # one row each; more GPUs are summed up in one line
+MAX_NET_ROWS = 3     # the busiest interfaces / IB ports
+MAX_DISK_ROWS = 2    # the busiest disks
+
+
+def _short_name(name: str, width: int = 14) -> str:
+    """`NVIDIA H100 80GB HBM3` -> `H100 80GB HBM3`, cut to `width`."""
+    for prefix in ("NVIDIA ", "Tesla "):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+    return name if len(name) <= width else name[:width - 1] + "~"
+
+
+def _table(*columns: str):
     from rich.table import Table
 
-    gpus = Table(title="GPUs", expand=True)
-    for col in ("GPU", "name", "util", "SM activity", "tensor", "memory", "power", "temp"):
-        gpus.add_column(col)
-    for uuid in sorted(_by(now, names.GPU_MEMORY_LIMIT, names.HW_ID), key=lambda u: _gpu_index(now, u)):
-        m = {names.HW_ID: uuid}
-        used, limit = _one(now, names.GPU_MEMORY_USAGE, **m), _one(now, names.GPU_MEMORY_LIMIT, **m)
-        status_failed = _one(now, names.GPU_STATUS, **m, **{names.HW_STATE: "failed"})
-        label = next((dict(a).get(names.HW_NAME, "") for a in now.get(names.GPU_MEMORY_LIMIT.name, {}) if dict(a).get(names.HW_ID) == uuid), "")
-        gpus.add_row(str(_gpu_index(now, uuid)), label + (" [red]LOST[/]" if status_failed else ""),
-                     _pct(_one(now, names.GPU_UTILIZATION, **m)), _pct(_one(now, names.GPU_SM_ACTIVITY, **m)),
-                     _pct(_one(now, names.GPU_TENSOR_ACTIVITY, **m)),
-                     f"{_bytes(used)} / {_bytes(limit)}" if used is not None and limit else "-",
-                     "-" if _one(now, names.GPU_POWER, **m) is None else f"{_one(now, names.GPU_POWER, **m):.0f} W",
-                     "-" if _one(now, names.GPU_TEMPERATURE, **m) is None else f"{_one(now, names.GPU_TEMPERATURE, **m):.0f} C")
+    t = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False, header_style="bold")
+    for i, col in enumerate(columns):
+        t.add_column(col, no_wrap=True, justify="left" if i < 2 else "right")
+    return t
 
-    net = Table(title="Network (share of link speed)", expand=True)
-    for col in ("interface", "rx", "tx", "link", "rx %", "tx %"):
-        net.add_column(col)
-    for iface in sorted(_by(now, names.NET_IO, names.IFACE)):
+
+def _size(used: float | None, limit: float | None) -> str:
+    if used is None or not limit:
+        return "-"
+    return f"{used / 2**30:.1f}/{limit / 2**30:.0f} GiB"
+
+
+def node_view(now: Snapshot, prev: Snapshot, dt: float):
+    """The node in at most 24 lines of 80 columns: GPUs (one row each, up to 8), one CPU/memory line,
+    the busiest network links against their speed, the busiest disks; from two snapshots `dt` s apart."""
+    from rich.console import Group
+    from rich.text import Text
+
+    parts = []
+    uuids = sorted(_by(now, names.GPU_MEMORY_LIMIT, names.HW_ID), key=lambda u: _gpu_index(now, u))
+    if uuids:
+        gpus = _table("GPU", "name", "util", "SM act", "tensor", "memory", "power", "temp")
+        for uuid in uuids[:MAX_GPU_ROWS]:
+            m = {names.HW_ID: uuid}
+            failed = _one(now, names.GPU_STATUS, **m, **{names.HW_STATE: "failed"})
+            label = next((dict(a).get(names.HW_NAME, "") for a in now.get(names.GPU_MEMORY_LIMIT.name, {})
+                          if dict(a).get(names.HW_ID) == uuid), "")
+            power, temp = _one(now, names.GPU_POWER, **m), _one(now, names.GPU_TEMPERATURE, **m)
+            gpus.add_row(str(_gpu_index(now, uuid)), "[red]LOST[/]" if failed else _short_name(label),
+                         _pct(_one(now, names.GPU_UTILIZATION, **m)), _pct(_one(now, names.GPU_SM_ACTIVITY, **m)),
+                         _pct(_one(now, names.GPU_TENSOR_ACTIVITY, **m)),
+                         _size(_one(now, names.GPU_MEMORY_USAGE, **m), _one(now, names.GPU_MEMORY_LIMIT, **m)),
+                         "-" if power is None else f"{power:.0f} W", "-" if temp is None else f"{temp:.0f} C")
+        parts.append(gpus)
+        rest = uuids[MAX_GPU_ROWS:]
+        if rest:
+            utils = [u for u in (_one(now, names.GPU_UTILIZATION, **{names.HW_ID: x}) for x in rest) if u is not None]
+            sms = [u for u in (_one(now, names.GPU_SM_ACTIVITY, **{names.HW_ID: x}) for x in rest) if u is not None]
+            parts.append(Text(f"+{len(rest)} more GPUs: mean util {_pct(sum(utils) / len(utils) if utils else None)}, "
+                              f"SM act {_pct(sum(sms) / len(sms) if sms else None)}", style="dim", no_wrap=True))
+
+    cpu = [f"{label} {_pct(_one(now, names.CPU_UTILIZATION, **{names.CPU_MODE: m})).strip()}"
+           for label, m in (("user", "user"), ("sys", "system"), ("iowait", "iowait"), ("idle", "idle"))]
+    load = _one(now, names.LOAD_1M)
+    parts.append(Text("CPU " + " ".join(cpu) + f"  memory {_pct(_one(now, names.MEMORY_UTILIZATION)).strip()}"
+                      + ("" if load is None else f"  load {load:.1f}"), no_wrap=True, overflow="ellipsis"))
+
+    links = []
+    for iface in _by(now, names.NET_IO, names.IFACE):
         m = {names.IFACE: iface}
         rx = _rate(now, prev, dt, names.NET_IO, **m, **{names.DIRECTION: "receive"})
         tx = _rate(now, prev, dt, names.NET_IO, **m, **{names.DIRECTION: "transmit"})
-        limit = _one(now, names.NET_LIMIT, **{names.HW_ID: iface})
-        net.add_row(iface, _bytes(rx, True), _bytes(tx, True), _bytes(limit, True),
-                    _pct(rx / limit) if rx is not None and limit else "-", _pct(tx / limit) if tx is not None and limit else "-")
-    for port in sorted(_by(now, names.IB_IO, names.HW_ID)):
+        links.append((iface, rx, tx, _one(now, names.NET_LIMIT, **{names.HW_ID: iface})))
+    for port in _by(now, names.IB_IO, names.HW_ID):
         m = {names.HW_ID: port}
-        rx = _rate(now, prev, dt, names.IB_IO, **m, **{names.DIRECTION: "receive"})
-        tx = _rate(now, prev, dt, names.IB_IO, **m, **{names.DIRECTION: "transmit"})
-        limit = _one(now, names.NET_LIMIT, **m)
-        net.add_row(f"IB {port}", _bytes(rx, True), _bytes(tx, True), _bytes(limit, True),
-                    _pct(rx / limit) if rx is not None and limit else "-", _pct(tx / limit) if tx is not None and limit else "-")
+        links.append((f"IB {port}", _rate(now, prev, dt, names.IB_IO, **m, **{names.DIRECTION: "receive"}),
+                      _rate(now, prev, dt, names.IB_IO, **m, **{names.DIRECTION: "transmit"}),
+                      _one(now, names.NET_LIMIT, **m)))
+    if links:
+        links.sort(key=lambda x: (-((x[1] or 0) + (x[2] or 0)), x[0]))
+        net = _table("link", "", "rx", "tx", "speed", "rx %", "tx %")
+        for name, rx, tx, limit in links[:MAX_NET_ROWS]:
+            net.add_row(name[:16], "", _bytes(rx, True), _bytes(tx, True), _bytes(limit, True),
+                        _pct(rx / limit) if rx is not None and limit else "-",
+                        _pct(tx / limit) if tx is not None and limit else "-")
+        parts.append(net)
+        if len(links) > MAX_NET_ROWS:
+            parts.append(Text(f"+{len(links) - MAX_NET_ROWS} quieter links", style="dim"))
 
-    disks = Table(title="Disks", expand=True)
-    for col in ("device", "read", "write"):
-        disks.add_column(col)
-    for dev in sorted(_by(now, names.DISK_IO, names.DEVICE)):
+    disks = []
+    for dev in _by(now, names.DISK_IO, names.DEVICE):
         m = {names.DEVICE: dev}
-        disks.add_row(dev, _bytes(_rate(now, prev, dt, names.DISK_IO, **m, **{names.DISK_DIRECTION: "read"}), True),
-                      _bytes(_rate(now, prev, dt, names.DISK_IO, **m, **{names.DISK_DIRECTION: "write"}), True))
-
-    cpu = Table(title="CPU and memory", expand=True)
-    for col in ("user", "system", "iowait", "idle", "memory used", "load 1m"):
-        cpu.add_column(col)
-    cpu.add_row(*(_pct(_one(now, names.CPU_UTILIZATION, **{names.CPU_MODE: m})) for m in ("user", "system", "iowait", "idle")),
-                _pct(_one(now, names.MEMORY_UTILIZATION)),
-                "-" if _one(now, names.LOAD_1M) is None else f"{_one(now, names.LOAD_1M):.2f}")
-    parts = [t for t in (gpus, net, disks, cpu) if t.row_count]
+        disks.append((dev, _rate(now, prev, dt, names.DISK_IO, **m, **{names.DISK_DIRECTION: "read"}),
+                      _rate(now, prev, dt, names.DISK_IO, **m, **{names.DISK_DIRECTION: "write"})))
+    if disks:
+        disks.sort(key=lambda x: (-((x[1] or 0) + (x[2] or 0)), x[0]))
+        table = _table("disk", "", "read", "write")
+        for dev, r, w in disks[:MAX_DISK_ROWS]:
+            table.add_row(dev[:16], "", _bytes(r, True), _bytes(w, True))
+        parts.append(table)
     return Group(*parts)
 
 

@@ -87,7 +87,9 @@ def window_bounds(args, now: float) -> tuple[float, float]:
 def register(sub) -> None:
     p = sub.add_parser("diagnose", help="name the bottleneck of a training job, with evidence",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--prometheus", required=True, metavar="URL", help="Prometheus (or VictoriaMetrics) base URL")
+    p.add_argument("dirs", nargs="*", metavar="RUN_DIR", help="a recorded run (otel-gpu run), one directory per node, "
+                                                             "instead of --prometheus: the whole run is the window")
+    p.add_argument("--prometheus", metavar="URL", type=url_type(), help="Prometheus (or VictoriaMetrics) base URL")
     p.add_argument("--pyroscope", metavar="URL", type=url_type(), help="Pyroscope base URL, for the communication rule")
     p.add_argument("--pyroscope-app", metavar="NAME", help="Pyroscope service name (default otelgpu.<job>)")
     p.add_argument("--job", help="the job (otelgpu_job label); default: every series in the window")
@@ -121,7 +123,11 @@ def run(args) -> int:
     from .thresholds import ThresholdError, load_thresholds
     from .window import DiagnoseError
 
-    start, end = window_bounds(args, time.time())
+    if bool(args.dirs) == bool(args.prometheus):
+        raise UsageError("give either RUN_DIR... (a recorded run) or --prometheus URL")
+    if args.dirs and (args.last or args.from_ or args.to or args.pyroscope or args.job):
+        raise UsageError("with RUN_DIR the window is the whole recording: no --last/--from/--to/--pyroscope/--job")
+    start, end = window_bounds(args, time.time()) if not args.dirs else (0.0, 0.0)
     try:
         thresholds = load_thresholds(args.thresholds)
     except ThresholdError as exc:
@@ -129,8 +135,14 @@ def run(args) -> int:
     token = args.grafana_token or os.environ.get("OTELGPU_GRAFANA_TOKEN")
     if args.grafana and not token:
         raise UsageError("--grafana needs a token: --grafana-token or OTELGPU_GRAFANA_TOKEN")
-    if not args.prometheus.startswith(("http://", "https://")):
-        raise UsageError(f"--prometheus {args.prometheus!r}: expected a URL starting with http:// or https://")
+    if args.dirs:
+        from ..record.diagnose import diagnose_recording
+        from ..record.reader import RecordingError
+        try:
+            result = diagnose_recording(args.dirs, thresholds=thresholds, require_steps=not args.gpu_only)
+        except (RecordingError, DiagnoseError) as exc:
+            return _fail(str(exc))
+        return _output(args, result, token)
     profile = profile_error = None
     if args.pyroscope:   # profiles are optional: without them the metric findings still print
         app = args.pyroscope_app or (f"otelgpu.{args.job}" if args.job else "otelgpu.train")
@@ -145,6 +157,13 @@ def run(args) -> int:
                               profile_error=profile_error, require_steps=not args.gpu_only)
         except (PromError, DiagnoseError) as exc:
             return _fail(str(exc))
+    return _output(args, result, token)
+
+
+def _output(args, result, token) -> int:
+    from . import report as rp
+    from .annotations import AnnotationError, annotation_payloads, post_annotations
+
     d = result.as_dict()
     outputs = {"json": json.dumps(d, indent=1, default=str) + "\n", "markdown": rp.markdown(d)}
     to_stdout = False

@@ -27,7 +27,8 @@ def register(sub) -> None:
     p.add_argument("--base-config", required=True, type=Path, metavar="JSON", help="your DeepSpeed config (read only)")
     p.add_argument("--command", help="launch command with {config}; run through /bin/sh in a new process group")
     p.add_argument("--trials", type=bounded_int(1, 100_000), default=40, help="trials to finish in the study, baseline included (default 40)")
-    p.add_argument("--prometheus", type=url_type(), metavar="URL", help="score from PromQL here (else from the training log)")
+    p.add_argument("--prometheus", type=url_type(), metavar="URL", help="score from PromQL here (else from each trial's own "
+                                                                       "recording, or with --no-instrument from the training log)")
     p.add_argument("--trial-timeout", type=positive_float(hi=30 * 86400.0), default=3600.0, metavar="SECONDS", help=RUNNING_HELP + " (default 3600)")
     p.add_argument("--study", metavar="PATH|URL", help="SQLite file or RDB URL shared by workers (default <out>/study.db)")
     p.add_argument("--study-name", help="study name within the storage (default: the base config's file name)")
@@ -98,7 +99,7 @@ def _settings(args):
         timeout_s=args.trial_timeout, warmup=args.warmup_steps, min_steps=args.min_steps,
         prune=not args.no_prune, prune_ratio=args.prune_ratio, prune_min_steps=args.prune_after, poll_s=args.poll,
         max_memory_bytes=args.max_gpu_memory * 2**30 if args.max_gpu_memory else None,
-        instrument=not args.no_instrument and bool(args.prometheus or args.otlp or _otlp_set(os.environ)),
+        instrument=not args.no_instrument and (not args.prometheus or bool(args.otlp or _otlp_set(os.environ))),
         export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,
         seed=args.seed, deepspeed_check=not args.no_deepspeed_check, prebuild_ops=args.prebuild_ops)
 
@@ -121,7 +122,10 @@ def _objective(args):
     from .objective import LogObjective, PromObjective
 
     if not args.prometheus:
-        return LogObjective(args.warmup_steps)
+        if args.no_instrument:          # nothing exported: the training log is all there is
+            return LogObjective(args.warmup_steps)
+        from .recorded import RecordingObjective
+        return RecordingObjective(args.warmup_steps)
     from ..promql import PromClient, PromError
 
     client = PromClient(args.prometheus)

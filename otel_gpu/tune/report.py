@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,7 +113,16 @@ def _evidence_cells(row: Row) -> list[str]:
     return cells
 
 
-def markdown(study: optuna.Study, title: str = "otel-gpu tune report") -> str:
+def trial_report(study: optuna.Study, number: int, out: Path | None) -> str | None:
+    """The path of a trial's own report (its recording's report.html), relative to `out`, if written."""
+    directory = study.trials[number].user_attrs.get("dir") if number < len(study.trials) else None
+    if not directory or out is None:
+        return None
+    page = Path(directory) / "recording" / "report.html"
+    return os.path.relpath(page, out) if page.is_file() else None
+
+
+def markdown(study: optuna.Study, title: str = "otel-gpu tune report", out: Path | None = None) -> str:
     all_rows = rows(study)
     base_row = next((r for r in all_rows if r.role == BASELINE), None)
     base_params = base_row.params if base_row else {}
@@ -135,7 +145,8 @@ def markdown(study: optuna.Study, title: str = "otel-gpu tune report") -> str:
              [h for _, h, _, _ in EVIDENCE_COLUMNS] + ["reason"]
     lines += ["## Trials", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in all_rows:
-        cells = [str(r.number), r.role, f"**{r.status}**" if r is top else r.status, fmt_seconds(r.step_time_s),
+        link = trial_report(study, r.number, out)
+        cells = [f"[{r.number}]({link})" if link else str(r.number), r.role, f"**{r.status}**" if r is top else r.status, fmt_seconds(r.step_time_s),
                  fmt_change(r.vs_baseline), f"{r.seconds:.1f}" if r.seconds else "-"]
         cells += [fmt_value(r.params[n]) if n in r.params else "-" for n in names]
         cells += _evidence_cells(r) + [r.reason.replace("|", "\\|") if r.status != "ok" else ""]
@@ -147,7 +158,8 @@ def markdown(study: optuna.Study, title: str = "otel-gpu tune report") -> str:
     else:
         lines += ["| parameter | importance |", "|---|---|"] + [f"| {k} | {v:.3f} |" for k, v in imp.items()]
     lines += ["", "Step time: steady-state mean per optimizer step of the slowest rank, warm-up steps excluded. "
-              "Evidence: node-agent readings over each trial's steady window (n/a: not exported, e.g. no GPU).", ""]
+              "Evidence: node-agent readings over each trial's steady window (n/a: not exported, e.g. no GPU). "
+              "A linked trial number opens that trial's own report (scored from its recording).", ""]
     return "\n".join(lines)
 
 
@@ -173,7 +185,7 @@ def write_outputs(study: optuna.Study, out: Path) -> dict[str, Path]:
     """report.md, trials.json and best_config.json (the best trial's config) under `out`."""
     out.mkdir(parents=True, exist_ok=True)
     written = {"report": out / "report.md", "trials": out / "trials.json"}
-    text = markdown(study)
+    text = markdown(study, out=out)
     tmp = out / ".report.md.tmp"
     tmp.write_text(text)
     tmp.replace(written["report"])

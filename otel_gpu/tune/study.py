@@ -326,6 +326,9 @@ class Tuner:
             command = T.render_command(s.command, config_path.resolve(), directory.resolve(), trial.number, trial_id)
             env = T.trial_env(self.env, trial_id, instrument=s.instrument,
                               export_interval_ms=s.export_interval_ms, otlp_endpoint=s.otlp_endpoint)
+            prepare = getattr(self.objective, "prepare", None)     # a recording objective starts its recorder
+            if prepare is not None:
+                env = prepare(trial_id, directory, env)
             (directory / "command.txt").write_text(command + "\n")
             added = {k: v for k, v in env.items() if self.env.get(k) != v}
             C.write_json(directory / "env.json", added, exclusive=True)
@@ -370,7 +373,12 @@ class Tuner:
         def on_timeout(pgid: int) -> None:
             state["stuck_on"] = self._stuck_on(pgid)
 
-        run = T.run_trial(plan, monitor, poll_s=min(1.0, s.poll_s), on_start=on_start, on_timeout=on_timeout)
+        try:
+            run = T.run_trial(plan, monitor, poll_s=min(1.0, s.poll_s), on_start=on_start, on_timeout=on_timeout)
+        finally:
+            close = getattr(self.objective, "close", None)      # a recording objective: stop its recorder
+            if close is not None:
+                close(record.trial_id)
         t_end = time.monotonic()
         cleaned = self._clean_extensions(f"after trial {trial.number}")
         record.status, record.reason, record.seconds = run.status, run.reason, run.seconds

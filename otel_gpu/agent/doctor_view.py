@@ -1,0 +1,90 @@
+"""`otel-gpu doctor` as tables (pure: the report dict in, rich renderables out).
+
+Per source: one key/value table of its scalar facts, one table per list of records (GPUs,
+interfaces, disks, ports) with a column per field, and its unreadable paths as plain lines.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+LONG_LIST = 4   # lists longer than this show as a count in a record table
+WIDE = 6        # records with more fields than this show one key/value table each
+
+
+def cell(value: Any, in_record: bool = False) -> str:
+    """One value as table text: lists joined (long ones counted in records), dicts as k=v, None as -."""
+    if value is None or value == "" or value == [] or value == {}:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={cell(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        if in_record and len(value) > LONG_LIST:
+            return f"{len(value)} ({', '.join(map(str, value[:2]))}, ...)"
+        return ", ".join(cell(v) for v in value)
+    return str(value)
+
+
+def _is_records(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def source_tables(name: str, info: dict) -> list:
+    """The renderables of one source's `describe()`."""
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list = []
+    facts = Table(title=name, title_justify="left", title_style="bold", show_header=False, box=None, padding=(0, 2))
+    facts.add_column("fact", style="dim", no_wrap=True)
+    facts.add_column("value", overflow="fold")
+    lines: list[str] = []
+    records: list[tuple[str, list[dict]]] = []
+    for key, value in info.items():
+        if key == "source":
+            continue
+        if _is_records(value):
+            records.append((key, value))
+        elif key == "unreadable" and isinstance(value, list):
+            lines += [str(v) for v in value]
+        else:
+            facts.add_row(key, cell(value))
+    if facts.row_count:
+        out.append(facts)
+    for key, rows in records:
+        columns = [c for c in dict.fromkeys(k for r in rows for k in r)
+                   if any(cell(r.get(c)) != "-" for r in rows)]   # columns empty in every row left out
+        if len(columns) > WIDE:
+            for i, r in enumerate(rows):
+                t = Table(title=f"{name}: {key} {r.get('index', i)}", title_justify="left", title_style="bold",
+                          show_header=False, box=None, padding=(0, 2))
+                t.add_column("field", style="dim", no_wrap=True)
+                t.add_column("value", overflow="fold")
+                for c in columns:
+                    t.add_row(c, cell(r.get(c)))
+                out.append(t)
+            continue
+        t = Table(title=f"{name}: {key}", title_justify="left", padding=(0, 1))
+        for c in columns:
+            t.add_column(c, overflow="fold")
+        for r in rows:
+            t.add_row(*(cell(r.get(c), in_record=True) for c in columns))
+        out.append(t)
+    if lines:
+        out.append(Text(f"{name}: unreadable", style="yellow"))
+        out += [Text(f"  {line}", style="yellow") for line in lines]
+    return out
+
+
+def doctor_view(report: dict):
+    from rich.console import Group
+    from rich.text import Text
+
+    parts: list = [Text(n, style="yellow") for n in report.get("notes", [])]
+    for name, info in report.get("sources", {}).items():
+        parts += source_tables(name, info if isinstance(info, dict) else {"value": info})
+        parts.append(Text(""))
+    return Group(*parts)

@@ -1,0 +1,199 @@
+"""Reading recordings: one or more run directories (one per node) seen as one job.
+
+    rec = Recording.open([Path("otel-gpu-runs/train-20250101T000000Z")])
+    for s in rec.series("otelgpu.train.steps"): print(s.attrs["otelgpu.rank"], s.points[-1])
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from .store import DB_NAME, FORMAT
+
+
+class RecordingError(RuntimeError):
+    """A directory that holds no readable recording: one line for the user."""
+
+
+@dataclass
+class Series:
+    """One metric and attribute set: `attrs` is the resource's attributes with the point's on top;
+    `points` are (t unix s, value) in time order; `counts` histogram counts (else empty)."""
+    metric: str
+    kind: str
+    unit: str
+    attrs: dict[str, str]
+    points: list[tuple[float, float]] = field(default_factory=list)
+    counts: list[float] = field(default_factory=list)
+
+    def get(self, key: str, default: str = "") -> str:
+        return self.attrs.get(key, default)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One series over a window: points, first/last time (unix s) and value, mean, peak, last count."""
+    n: int
+    first_t: float
+    last_t: float
+    first: float
+    last: float
+    mean: float
+    max: float
+    last_count: float | None = None
+
+    @property
+    def rate(self) -> float | None:
+        """(last - first) / (last_t - first_t): a counter's mean rate, None under two points."""
+        return (self.last - self.first) / (self.last_t - self.first_t) if self.n >= 2 and self.last_t > self.first_t else None
+
+
+def _connect(d: Path) -> sqlite3.Connection:
+    path = d / DB_NAME
+    if not path.is_file():
+        raise RecordingError(f"{d}: not a recording (no {DB_NAME})")
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+    except sqlite3.DatabaseError as exc:
+        raise RecordingError(f"{path}: unreadable ({exc})") from None
+    if meta.get("format") != FORMAT:
+        raise RecordingError(f"{path}: not an otel-gpu recording")
+    return db
+
+
+class Recording:
+    def __init__(self, dirs: Sequence[Path], dbs: Sequence[sqlite3.Connection]):
+        self.dirs = list(dirs)
+        self.dbs = list(dbs)
+        self.metas = [dict(db.execute("SELECT key, value FROM meta")) for db in self.dbs]
+        self._stacks: list | None = None
+
+    @classmethod
+    def open(cls, dirs: Sequence[Path | str]) -> "Recording":
+        paths = [Path(d) for d in dirs]
+        return cls(paths, [_connect(p) for p in paths])
+
+    def close(self) -> None:
+        for db in self.dbs:
+            db.close()
+
+    def __enter__(self) -> "Recording":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def job(self) -> str | None:
+        return next((m["job"] for m in self.metas if m.get("job")), None)
+
+    def metrics(self) -> list[str]:
+        return sorted({m for db in self.dbs for (m,) in db.execute("SELECT DISTINCT metric FROM series")})
+
+    def span(self) -> tuple[float, float] | None:
+        """(first, last) time of the recording (unix s): the run's start and end when known, else its points."""
+        lo, hi = [], []
+        for db, meta in zip(self.dbs, self.metas):
+            if meta.get("started") and meta.get("ended"):
+                lo.append(float(meta["started"]))
+                hi.append(float(meta["ended"]))
+                continue
+            t0, t1 = db.execute("SELECT min(t), max(t) FROM points").fetchone()   # cut off: what arrived
+            p0, p1 = db.execute("SELECT min(t0), max(t1) FROM profiles").fetchone()
+            starts = [float(meta["started"])] if meta.get("started") else [x for x in (t0, p0) if x is not None]
+            ends = [x for x in (t1, p1) if x is not None]
+            lo += starts
+            hi += ends
+        return (min(lo), max(hi)) if lo and hi else None
+
+    def _series_of(self, db: sqlite3.Connection, metric: str) -> dict[int, Series]:
+        return {sid: Series(metric, kind, unit, {**json.loads(res), **json.loads(attrs)}) for sid, kind, unit, res, attrs in
+                db.execute("SELECT s.id, s.kind, s.unit, r.attrs, s.attrs FROM series s JOIN resources r "
+                           "ON r.id = s.resource WHERE s.metric = ? ORDER BY s.id", (metric,))}
+
+    def series(self, metric: str, t0: float | None = None, t1: float | None = None,
+               step: float | None = None) -> list[Series]:
+        """Every series of `metric` with its points in [t0, t1]. With `step` (s), one point per series
+        and step-long bucket (from t0): its last point for counters and histograms (cumulative
+        values), the bucket's mean value at its last time for gauges."""
+        out: list[Series] = []
+        lo, hi = (t0 if t0 is not None else -1e18), (t1 if t1 is not None else 1e18)
+        for db in self.dbs:
+            by_id = self._series_of(db, metric)
+            if not by_id:
+                continue
+            if step:
+                q = ("SELECT p.series, MAX(p.t), CASE WHEN s.kind IN ('gauge', 'updowncounter') THEN AVG(p.value) "
+                     "ELSE p.value END, p.count FROM points p JOIN series s ON s.id = p.series "
+                     "WHERE s.metric = ? AND p.t BETWEEN ? AND ? GROUP BY p.series, CAST((p.t - ?) / ? AS INTEGER) "
+                     "ORDER BY p.series, 2")
+                rows = db.execute(q, (metric, lo, hi, lo if t0 is not None else 0.0, step)).fetchall()
+            else:
+                rows = db.execute("SELECT p.series, p.t, p.value, p.count FROM points p JOIN series s ON s.id = p.series "
+                                  "WHERE s.metric = ? AND p.t BETWEEN ? AND ? ORDER BY p.series, p.t",
+                                  (metric, lo, hi)).fetchall()
+            for sid, t, value, count in rows:
+                s = by_id[sid]
+                s.points.append((t, value))
+                if count is not None:
+                    s.counts.append(count)
+            out += [s for s in by_id.values() if s.points]
+        return out
+
+    def summaries(self, metric: str, t0: float | None = None, t1: float | None = None) -> list[tuple[Series, Summary]]:
+        """Every series of `metric` with its statistics over [t0, t1], no points: from `series_stats`
+        when the window spans a cleanly closed recording, else computed by SQLite from the points."""
+        out = []
+        lo, hi = (t0 if t0 is not None else -1e18), (t1 if t1 is not None else 1e18)
+        for db, meta in zip(self.dbs, self.metas):
+            by_id = self._series_of(db, metric)
+            if not by_id:
+                continue
+            if self._whole_run(db, meta, lo, hi):
+                q = ("SELECT st.series, st.n, st.first_t, st.last_t, st.mean, st.max, st.first, st.last, st.last_count "
+                     "FROM series_stats st JOIN series s ON s.id = st.series WHERE s.metric = ?")
+                for sid, n, ft, lt, avg, mx, fv, lv, lc in db.execute(q, (metric,)):
+                    out.append((by_id[sid], Summary(n, ft, lt, fv, lv, avg, mx, lc)))
+                continue
+            q = ("WITH agg AS (SELECT p.series AS sid, COUNT(*) AS n, MIN(p.t) AS ft, MAX(p.t) AS lt, "
+                 "AVG(p.value) AS av, MAX(p.value) AS mx FROM points p JOIN series s ON s.id = p.series "
+                 "WHERE s.metric = ? AND p.t BETWEEN ? AND ? GROUP BY p.series) "
+                 "SELECT sid, n, ft, lt, av, mx, f.value, l.value, l.count FROM agg "
+                 "JOIN points f ON f.series = sid AND f.t = ft JOIN points l ON l.series = sid AND l.t = lt")
+            for sid, n, ft, lt, avg, mx, fv, lv, lc in db.execute(q, (metric, lo, hi)):
+                out.append((by_id[sid], Summary(n, ft, lt, fv, lv, avg, mx, lc)))
+        return out
+
+    @staticmethod
+    def _whole_run(db: sqlite3.Connection, meta: dict, lo: float, hi: float) -> bool:
+        if not (meta.get("started") and meta.get("ended")):
+            return False
+        if not (lo <= float(meta["started"]) and hi >= float(meta["ended"])):
+            return False
+        return db.execute("SELECT 1 FROM sqlite_master WHERE name = 'series_stats'").fetchone() is not None and \
+            db.execute("SELECT 1 FROM series_stats LIMIT 1").fetchone() is not None
+
+    def profile_stacks(self) -> list[tuple[list[str], int, dict[str, str], str]]:
+        """(stack root first, summed value, labels: the series' with the sample's on top, unit) per
+        distinct stack and label set over the whole recording (read once, then kept; do not modify)."""
+        if self._stacks is None:
+            self._stacks = list(self._read_stacks())
+        return self._stacks
+
+    def _read_stacks(self) -> Iterator[tuple[list[str], int, dict[str, str], str]]:
+        for db in self.dbs:
+            frames = {sid: json.loads(f) for sid, f in db.execute("SELECT id, frames FROM stacks")}
+            labels: dict[tuple[str, str], dict[str, str]] = {}
+            q = "SELECT profile_labels, sample_labels, stack, value, unit FROM stack_totals"
+            for plabels, slabels, stack, value, unit in db.execute(q):
+                both = labels.get((plabels, slabels))
+                if both is None:
+                    both = labels[(plabels, slabels)] = {**json.loads(plabels), **json.loads(slabels)}
+                yield frames[stack], int(value), both, unit
+
+    def profile_count(self) -> int:
+        return sum(db.execute("SELECT count(*) FROM profiles").fetchone()[0] for db in self.dbs)

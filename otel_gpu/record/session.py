@@ -1,0 +1,117 @@
+"""A recorded run: where it goes, what the command's processes are told, how it ends.
+
+`otel-gpu run` with no collector and no Pyroscope configured (or with `--record DIR`) starts a
+`Receiver` in its own process, points every rank's OTLP exporter and pyroscope-io agent (and the
+node agent it starts) at it, and closes the store when the command has exited. The ranks run
+exactly the code of the OTLP path: same exporter, same sampler, same cost.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..errors import UsageError
+from ..identity import job_name
+from .receiver import Receiver
+from .store import Writer
+
+DEFAULT_ROOT = "otel-gpu-runs"
+EXPORT_INTERVAL_MS = "1000"   # a recorded run's metric export interval (loopback: cheap)
+PROFILE_UPLOAD_S = "2"        # a recorded run's profile push interval: what a crash can lose
+
+
+def wants_recording(env: Mapping[str, str], pyroscope: str | None) -> bool:
+    """Record by default: when neither an OTLP endpoint nor a Pyroscope server is configured."""
+    otlp = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    return not (otlp or pyroscope or env.get("OTELGPU_PYROSCOPE_URL"))
+
+
+def default_job(env: Mapping[str, str], command: Sequence[str]) -> str:
+    """The job name: OTELGPU_JOB / Slurm / torchelastic, else the training script's (or command's) name."""
+    job = job_name(env)
+    if job:
+        return job
+    words = [w for a in command for w in a.split()]
+    script = next((w for w in words if w.endswith(".py")), command[0])
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(script).stem).strip("-") or "run"
+
+
+def run_dir(root: Path, job: str, now: float) -> Path:
+    """`root/<job>-<UTC time>` (a suffix when it exists already)."""
+    stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    base = root / f"{job}-{stamp}"
+    d, i = base, 1
+    while d.exists():
+        i += 1
+        d = base.with_name(f"{base.name}-{i}")
+    return d
+
+
+def metrics_forward_url(env: Mapping[str, str]) -> str | None:
+    """The user's OTLP/HTTP metrics URL, to forward to when recording alongside a collector."""
+    specific = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if not (specific or base):
+        return None
+    protocol = env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf"
+    if protocol != "http/protobuf":
+        raise UsageError(f"--record with OTLP over {protocol}: set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf")
+    url = specific or base.rstrip("/") + "/v1/metrics"
+    if not url.startswith(("http://", "https://")):
+        raise UsageError(f"OTLP endpoint {url!r}: expected a URL starting with http:// or https://")
+    return url
+
+
+class RecordedRun:
+    """Owns the run directory, the store and the receiver of one recorded run."""
+
+    def __init__(self, directory: Path, job: str, command: Sequence[str], env: Mapping[str, str],
+                 pyroscope: str | None = None):
+        forward_metrics = metrics_forward_url(env)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            probe = directory / ".write-test"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except OSError as exc:
+            raise UsageError(f"cannot write the recording to {directory}: {exc.strerror or exc}") from None
+        self.directory, self.job = directory, job
+        self.started = time.time()
+        self.writer = Writer(directory, {"job": job, "command": json.dumps(list(command)),
+                                         "host": socket.gethostname(), "started": repr(self.started)})
+        self.receiver = Receiver(self.writer, forward_metrics=forward_metrics,
+                                 forward_profiles=pyroscope or env.get("OTELGPU_PYROSCOPE_URL") or None).start()
+
+    def child_env(self, env: Mapping[str, str], profile: bool = True) -> dict[str, str]:
+        """The command's environment: every exporter and profiler pointed at the receiver."""
+        out = {k: v for k, v in env.items() if k not in ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                                                          "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")}
+        out["OTEL_EXPORTER_OTLP_ENDPOINT"] = self.receiver.url
+        out["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
+        out.setdefault("OTEL_METRIC_EXPORT_INTERVAL", EXPORT_INTERVAL_MS)
+        out["OTELGPU_JOB"] = self.job
+        if profile and out.get("OTELGPU_PROFILE", "1").strip().lower() not in ("0", "false", "no", "off"):
+            out["OTELGPU_PYROSCOPE_URL"] = self.receiver.url
+            out.setdefault("OTELGPU_PROFILE_UPLOAD_S", PROFILE_UPLOAD_S)
+        else:
+            out.pop("OTELGPU_PYROSCOPE_URL", None)
+        return out
+
+    def finish(self, exit_status: int) -> None:
+        """Write the end of the run and close the store (what was queued is written first)."""
+        self.receiver.stop()
+        self.writer.set_meta({"ended": repr(time.time()), "exit_status": str(exit_status)})
+        self.writer.close()
+
+
+def relative(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)

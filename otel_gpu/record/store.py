@@ -1,0 +1,164 @@
+"""The recording's store: one SQLite file (`recording.sqlite`) per node and run.
+
+SQLite (the standard library's, WAL journal) because it is embedded, crash-safe at every commit and
+readable by any language; docs/record.md has the schema, the figures it was chosen by, and how to
+read it with the `sqlite3` shell. Tables:
+
+    meta(key, value)                              format, job, command, times, exit status
+    resources(id, attrs)                          resource attributes, JSON object
+    series(id, metric, kind, unit, temporality, resource, attrs, bounds)   one per metric and attribute set
+    points(series, t, value, count, buckets)      t unix seconds; histograms: value = sum
+    profiles(id, t0, t1, labels, sample_type, unit, period)               one per pushed pprof profile
+    stacks(id, frames)                            JSON list of function names, root first
+    samples(profile, stack, labels, value)        labels JSON object; value in the profile's unit
+    stack_totals(profile_labels, sample_labels, stack, value)   samples summed over the run (what reports read)
+    series_stats(series, n, first_t, first, last_t, last, last_count, mean, max)   per series over the whole
+                                                  run, written when the recording is closed (absent after a crash)
+
+`Writer` is used by one thread (the receiver's writer); each `add_*` call is one transaction, so a
+crash loses at most the request being written.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from .decode import Point, ProfileRows
+
+FORMAT = "otel-gpu-recording"
+VERSION = "1"
+DB_NAME = "recording.sqlite"
+
+SCHEMA = """
+PRAGMA journal_mode=WAL;
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS resources(id INTEGER PRIMARY KEY, attrs TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS series(
+  id INTEGER PRIMARY KEY, metric TEXT NOT NULL, kind TEXT NOT NULL, unit TEXT NOT NULL,
+  temporality TEXT NOT NULL, resource INTEGER NOT NULL REFERENCES resources(id), attrs TEXT NOT NULL,
+  bounds TEXT, UNIQUE(metric, resource, attrs));
+CREATE TABLE IF NOT EXISTS points(
+  series INTEGER NOT NULL, t REAL NOT NULL, value REAL, count REAL, buckets TEXT,
+  PRIMARY KEY(series, t)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS profiles(
+  id INTEGER PRIMARY KEY, t0 REAL, t1 REAL, labels TEXT NOT NULL, sample_type TEXT, unit TEXT, period INTEGER);
+CREATE TABLE IF NOT EXISTS stacks(id INTEGER PRIMARY KEY, frames TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS samples(profile INTEGER NOT NULL, stack INTEGER NOT NULL, labels TEXT NOT NULL, value INTEGER);
+CREATE TABLE IF NOT EXISTS series_stats(
+  series INTEGER PRIMARY KEY, n INTEGER, first_t REAL, first REAL, last_t REAL, last REAL, last_count REAL,
+  mean REAL, max REAL);
+CREATE TABLE IF NOT EXISTS stack_totals(
+  profile_labels TEXT NOT NULL, sample_labels TEXT NOT NULL, stack INTEGER NOT NULL, unit TEXT NOT NULL, value INTEGER,
+  PRIMARY KEY(profile_labels, sample_labels, stack, unit)) WITHOUT ROWID;
+"""
+
+
+def _json(pairs) -> str:
+    return json.dumps(dict(pairs), sort_keys=True, separators=(",", ":"))
+
+
+class Writer:
+    """Appends points and profiles to `<dir>/recording.sqlite` (created with its schema)."""
+
+    def __init__(self, directory: Path, meta: Mapping[str, str] = ()):
+        directory.mkdir(parents=True, exist_ok=True)
+        self.path = directory / DB_NAME
+        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.db.executescript(SCHEMA)
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self._resources: dict[str, int] = {}
+        self._series: dict[tuple, int] = {}
+        self._stacks: dict[tuple, int] = {}
+        self._stats: dict[int, list] = {}   # series -> [n, first_t, first, last_t, last, last_count, sum, max]
+        self.set_meta({"format": FORMAT, "version": VERSION, **dict(meta)})
+
+    def set_meta(self, meta: Mapping[str, str]) -> None:
+        with self.db:
+            self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
+
+    def _id(self, cache: dict, key, insert: str, args: tuple, select: str, sargs: tuple) -> int:
+        got = cache.get(key)
+        if got is None:
+            cur = self.db.execute(insert, args)
+            got = cur.lastrowid if cur.rowcount else self.db.execute(select, sargs).fetchone()[0]
+            cache[key] = got
+        return got
+
+    def add_points(self, points: Iterable[Point]) -> int:
+        """Store points in one transaction; returns how many."""
+        rows = []
+        self.db.execute("BEGIN")
+        try:
+            for p in points:
+                sid = self._series.get((p.metric, p.resource, p.attrs))
+                if sid is None:
+                    sid = self._series_id(p)
+                rows.append((sid, p.t, p.value, p.count, json.dumps(p.buckets) if p.buckets is not None else None))
+                st = self._stats.get(sid)
+                if st is None:
+                    self._stats[sid] = [1, p.t, p.value, p.t, p.value, p.count, p.value, p.value]
+                else:
+                    st[0] += 1
+                    st[6] += p.value
+                    st[7] = max(st[7], p.value)
+                    if p.t < st[1]:
+                        st[1], st[2] = p.t, p.value
+                    if p.t >= st[3]:
+                        st[3], st[4], st[5] = p.t, p.value, p.count
+            self.db.executemany("INSERT OR REPLACE INTO points VALUES (?,?,?,?,?)", rows)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return len(rows)
+
+    def _series_id(self, p: Point) -> int:
+        res = _json(p.resource)
+        rid = self._id(self._resources, res, "INSERT OR IGNORE INTO resources(attrs) VALUES (?)", (res,),
+                       "SELECT id FROM resources WHERE attrs=?", (res,))
+        attrs = _json(p.attrs)
+        sid = self._id({}, None, "INSERT OR IGNORE INTO series(metric, kind, unit, temporality, resource, attrs, bounds) "
+                       "VALUES (?,?,?,?,?,?,?)",
+                       (p.metric, p.kind, p.unit, p.temporality, rid, attrs,
+                        json.dumps(p.bounds) if p.bounds is not None else None),
+                       "SELECT id FROM series WHERE metric=? AND resource=? AND attrs=?", (p.metric, rid, attrs))
+        self._series[(p.metric, p.resource, p.attrs)] = sid
+        return sid
+
+    def add_profiles(self, profiles: Iterable[ProfileRows]) -> int:
+        """Store profiles and their samples in one transaction; returns the number of samples."""
+        n = 0
+        self.db.execute("BEGIN")
+        try:
+            for p in profiles:
+                plabels = _json(sorted(p.labels.items()))
+                pid = self.db.execute("INSERT INTO profiles(t0, t1, labels, sample_type, unit, period) VALUES (?,?,?,?,?,?)",
+                                      (p.t0, p.t1, plabels, p.sample_type, p.unit, p.period)).lastrowid
+                rows = []
+                for stack, labels, value in p.samples:
+                    frames = json.dumps(list(stack), separators=(",", ":"))
+                    sid = self._id(self._stacks, stack, "INSERT OR IGNORE INTO stacks(frames) VALUES (?)", (frames,),
+                                   "SELECT id FROM stacks WHERE frames=?", (frames,))
+                    rows.append((pid, sid, _json(labels), value))
+                self.db.executemany("INSERT INTO samples VALUES (?,?,?,?)", rows)
+                self.db.executemany("INSERT INTO stack_totals VALUES (?,?,?,?,?) ON CONFLICT DO UPDATE "
+                                    "SET value = value + excluded.value",
+                                    [(plabels, labels, sid, p.unit or "", value) for _, sid, labels, value in rows])
+                n += len(rows)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return n
+
+    def close(self) -> None:
+        """Write the per-series statistics of the whole run, fold the journal into the file, close."""
+        with self.db:
+            self.db.executemany("INSERT OR REPLACE INTO series_stats VALUES (?,?,?,?,?,?,?,?,?)",
+                                [(sid, n, ft, f, lt, last, lc, total / n, mx)
+                                 for sid, (n, ft, f, lt, last, lc, total, mx) in self._stats.items()])
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.db.execute("PRAGMA journal_mode=DELETE")   # finished: one plain file, no -wal/-shm beside it
+        self.db.close()

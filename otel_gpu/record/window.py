@@ -1,0 +1,277 @@
+"""A diagnosis `Window` from a recording: what `diagnose.window.fetch_window`'s PromQL computes
+(diagnose/queries.py), computed over the recorded points; then the same rules run on it.
+
+The window is the whole recording (the run's start to its end). Each statistic below names the
+query part it mirrors; counters started inside the window, as a recorded run's all do.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from statistics import mean
+from typing import Callable, Iterable
+
+import numpy as np
+
+from .. import names as N
+from ..diagnose import profiles as P
+from ..diagnose.queries import THROTTLE_REASONS, TIMELINE_PHASES
+from ..diagnose.window import (DiagnoseError, GpuStats, NodeStats, RankStats, Timeline, Window, estimate_interval,
+                               occupancy, resolution)
+from .reader import Recording, Series, Summary
+
+VIRTUAL = re.compile(r"^(|lo|docker.*|veth.*|virbr.*|br-.*|cni.*|flannel.*)$")
+LOOKBACK_S = 300.0   # an instant vector's lookback (Prometheus' default)
+
+
+Stat = tuple[Series, Summary]
+
+
+def _group(items: Iterable[Stat], keys: tuple[str, ...]) -> dict[tuple, list[Stat]]:
+    out: dict[tuple, list[Stat]] = defaultdict(list)
+    for s, st in items:
+        out[tuple(s.get(k) for k in keys)].append((s, st))
+    return out
+
+
+def _agg(values: Iterable[float | None], fn: Callable) -> float | None:
+    vs = [v for v in values if v is not None and not math.isnan(v)]
+    return fn(vs) if vs else None
+
+
+def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
+    """rank_summary: per (host, rank) step counter, step-time histogram and phase counters."""
+    by = (N.HOST, N.RANK)
+    steps = _group(rec.summaries(N.TRAIN_STEPS.name, start, end), by)
+    hist = _group(rec.summaries(N.TRAIN_STEP_DURATION.name, start, end), by)
+    phases = _group(rec.summaries(N.TRAIN_PHASE_TIME.name, start, end), by)
+    out = []
+    for key, ss in steps.items():
+        host, rank = key
+        ph: dict[str, float] = defaultdict(float)
+        for s, st in phases.get(key, []):
+            ph[s.get(N.PHASE)] += st.last
+        first = min(st.first_t for _, st in ss)
+        # the time counted at the first point: step time, plus checkpoint/eval phases present by then
+        at_first = [st.first for s, st in [*hist.get(key, []), *phases.get(key, [])] if st.first_t <= first + 1e-3
+                    and (s.metric == N.TRAIN_STEP_DURATION.name or s.get(N.PHASE) in ("checkpoint", "eval"))]
+        out.append(RankStats(
+            rank=rank, host=host, steps=sum(st.last for _, st in ss),
+            step_time_s=sum(st.last for _, st in hist.get(key, [])),
+            step_count=sum(st.last_count or 0.0 for _, st in hist.get(key, [])),
+            phases=dict(ph), samples=max(st.n for _, st in ss), first_t=first,
+            last_t=max(st.last_t for _, st in ss), first_step_s=sum(at_first), started=True))
+    return sorted(out, key=lambda r: (int(r.rank) if r.rank.isdigit() else 1 << 30, r.rank, r.host))
+
+
+def gpus_of(rec: Recording, start: float, end: float) -> list[GpuStats]:
+    """gpu_summary: per (host, GPU UUID, index) means, peaks, throttle shares, ranks on it."""
+    by = (N.HOST, N.HW_ID, N.GPU_INDEX)
+    g = lambda spec, keep=lambda s: True: _group([x for x in rec.summaries(spec.name, start, end) if keep(x[0])], by)  # noqa: E731
+    util, sm, power, plimit = g(N.GPU_UTILIZATION), g(N.GPU_SM_ACTIVITY), g(N.GPU_POWER), g(N.GPU_POWER_LIMIT)
+    temp, mem, mlimit, procs = g(N.GPU_TEMPERATURE), g(N.GPU_MEMORY_USAGE), g(N.GPU_MEMORY_LIMIT), g(N.GPU_PROCESS_MEMORY)
+    clock = g(N.GPU_CLOCK, lambda s: s.get(N.CLOCK_DOMAIN) == "sm")
+    events = g(N.GPU_CLOCK_EVENT, lambda s: s.get(N.CLOCK_REASON) in THROTTLE_REASONS)
+    means = lambda table, key: _agg((st.mean for _, st in table.get(key, [])), mean)  # noqa: E731
+    peaks = lambda table, key: _agg((st.max for _, st in table.get(key, [])), max)  # noqa: E731
+    out = []
+    for key in sorted(set(util) | set(sm) | set(mem), key=lambda k: (k[0], int(k[2]) if k[2].isdigit() else 1 << 30, k[1])):
+        host, uuid, index = key
+        throttle: dict[str, list[float]] = defaultdict(list)
+        for s, st in events.get(key, []):
+            throttle[s.get(N.CLOCK_REASON)].append(st.mean)
+        ranks = sorted({s.get(N.RANK) for s, _ in procs.get(key, []) if s.get(N.RANK)},
+                       key=lambda r: int(r) if r.isdigit() else 1 << 30)
+        ms = [st for _, st in mem.get(key, [])]
+        out.append(GpuStats(
+            host=host, gpu=index, uuid=uuid, util=means(util, key), sm=means(sm, key), power_w=means(power, key),
+            power_limit_w=peaks(plimit, key), temp_c=means(temp, key), temp_max_c=peaks(temp, key),
+            clock_hz=means(clock, key), clock_max_hz=peaks(clock, key), mem_used_b=peaks(mem, key),
+            mem_limit_b=peaks(mlimit, key), throttle={k: mean(v) for k, v in throttle.items()}, ranks=ranks,
+            samples=max((st.n for st in ms), default=0), first_t=min((st.first_t for st in ms), default=None),
+            last_t=max((st.last_t for st in ms), default=None)))
+    return out
+
+
+def nodes_of(rec: Recording, start: float, end: float) -> list[NodeStats]:
+    """node_summary: per host CPU, memory, swap, NIC/IB errors and throughput against link speed, disk writes."""
+    hosts: dict[str, dict[str, float | None]] = defaultdict(dict)
+
+    def per_host(spec, keep=lambda s: True) -> dict[str, list[Stat]]:
+        return {k[0]: v for k, v in _group([x for x in rec.summaries(spec.name, start, end) if keep(x[0])], (N.HOST,)).items()}
+
+    def by_dir_max_sum(ss: list[Stat]) -> float | None:   # max over directions of the summed rates
+        dirs: dict[str, float] = defaultdict(float)
+        for s, st in ss:
+            if st.rate is not None:
+                dirs[s.get(N.DIRECTION)] += st.rate
+        return max(dirs.values()) if dirs else None
+
+    def limits(ss: list[Stat], key: Callable[[Series], tuple]) -> float | None:
+        best: dict[tuple, float] = {}
+        for s, st in ss:
+            best[key(s)] = max(best.get(key(s), -math.inf), st.max)
+        return sum(best.values()) if best else None
+
+    real = lambda s: not VIRTUAL.match(s.get(N.IFACE))   # noqa: E731
+    for h, ss in per_host(N.CPU_UTILIZATION, lambda s: s.get(N.CPU_MODE) == "idle").items():
+        hosts[h]["cpu_busy"] = 1 - mean(st.mean for _, st in ss)
+    for h, ss in per_host(N.MEMORY_UTILIZATION).items():
+        hosts[h]["mem_used"] = max(st.max for _, st in ss)
+    for h, ss in per_host(N.PAGING_USAGE, lambda s: s.get(N.PAGING_STATE) == "used").items():
+        hosts[h]["swap_used"] = max(st.max for _, st in ss)
+    for h, ss in per_host(N.PAGING_OPERATIONS).items():
+        hosts[h]["swap_rate"] = _agg((st.rate for _, st in ss), sum)
+    for h, ss in per_host(N.NET_ERRORS).items():
+        hosts[h]["nic_errors"] = sum(st.last for _, st in ss)   # delta(): the series started inside the window
+    for h, ss in per_host(N.IB_ERRORS).items():
+        hosts[h]["ib_errors"] = sum(st.last for _, st in ss)
+    for h, ss in per_host(N.IB_IO).items():
+        hosts[h]["ib_rate"] = by_dir_max_sum(ss)
+    for h, ss in per_host(N.NET_LIMIT, lambda s: bool(s.get(N.IB_DEVICE))).items():
+        hosts[h]["ib_limit"] = limits(ss, lambda s: (s.get(N.IB_DEVICE), s.get(N.IB_PORT)))
+    for h, ss in per_host(N.NET_IO, real).items():
+        hosts[h]["eth_rate"] = by_dir_max_sum(ss)
+    for h, ss in per_host(N.NET_LIMIT, real).items():
+        hosts[h]["eth_limit"] = limits(ss, lambda s: (s.get(N.IFACE),))
+    for h, ss in per_host(N.DISK_IO, lambda s: s.get(N.DISK_DIRECTION) == "write").items():
+        hosts[h]["disk_write"] = _agg((st.rate for _, st in ss), sum)
+    out = []
+    for h, v in sorted(hosts.items()):
+        ib = v.get("ib_limit")
+        kind = "infiniband" if ib else ("ethernet" if v.get("eth_limit") else "")
+        out.append(NodeStats(
+            host=h, cpu_busy=v.get("cpu_busy"), mem_used=v.get("mem_used"), swap_used_b=v.get("swap_used"),
+            swap_pages_per_s=v.get("swap_rate"), nic_errors=v.get("nic_errors"), ib_errors=v.get("ib_errors"),
+            link_Bps=v.get("ib_rate") if kind == "infiniband" else v.get("eth_rate"),
+            link_limit_Bps=ib if kind == "infiniband" else v.get("eth_limit"), link_kind=kind,
+            disk_write_Bps=v.get("disk_write")))
+    return out
+
+
+# ---- timeline ------------------------------------------------------------------------------
+
+def _arrays(s: Series) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(s.points, dtype=float)
+    return a[:, 0], a[:, 1]
+
+
+def grid_avg(ss: list[Series], grid: np.ndarray, smooth: float) -> np.ndarray:
+    """avg(avg_over_time(x[smooth])) at each grid time (NaN where no series has a point)."""
+    total, n = np.zeros(len(grid)), np.zeros(len(grid))
+    for s in ss:
+        t, v = _arrays(s)
+        c = np.concatenate([[0.0], np.cumsum(v)])
+        lo, hi = np.searchsorted(t, grid - smooth, "right"), np.searchsorted(t, grid, "right")
+        has = hi > lo
+        total[has] += (c[hi] - c[lo])[has] / (hi - lo)[has]
+        n[has] += 1
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, total / np.maximum(n, 1), np.nan)
+
+
+def grid_rate(s: Series, grid: np.ndarray, smooth: float) -> np.ndarray:
+    """rate(x[smooth]) at each grid time, without extrapolation (NaN: under two points)."""
+    t, v = _arrays(s)
+    lo, hi = np.searchsorted(t, grid - smooth, "right"), np.searchsorted(t, grid, "right") - 1
+    ok = (hi - lo) >= 1
+    out = np.full(len(grid), np.nan)
+    lo_, hi_ = lo[ok], hi[ok]
+    dt = t[hi_] - t[lo_]
+    out[ok] = np.where(dt > 0, (v[hi_] - v[lo_]) / np.where(dt > 0, dt, 1), np.nan)
+    return out
+
+
+def grid_last(s: Series, grid: np.ndarray, lookback: float = LOOKBACK_S) -> np.ndarray:
+    """The instant value (last point within `lookback`) at each grid time."""
+    t, v = _arrays(s)
+    i = np.searchsorted(t, grid, "right") - 1
+    ok = (i >= 0) & (grid - t[np.clip(i, 0, None)] <= lookback)
+    return np.where(ok, v[np.clip(i, 0, None)], np.nan)
+
+
+def _nansum(arrays: list[np.ndarray], n: int) -> np.ndarray:
+    if not arrays:
+        return np.full(n, np.nan)
+    a = np.vstack(arrays)
+    return np.where(np.all(np.isnan(a), axis=0), np.nan, np.nansum(a, axis=0))
+
+
+def _nanmax(arrays: list[np.ndarray], n: int) -> np.ndarray:
+    if not arrays:
+        return np.full(n, np.nan)
+    a = np.vstack(arrays)
+    out = np.full(n, np.nan)
+    has = ~np.all(np.isnan(a), axis=0)
+    out[has] = np.nanmax(a[:, has], axis=0)
+    return out
+
+
+def _list(a: np.ndarray) -> list[float | None]:
+    return [None if math.isnan(x) else float(x) for x in a]
+
+
+def timeline_of(rec: Recording, start: float, end: float, step: float, smooth: float, ranks: int) -> Timeline:
+    """timeline: GPU activity, step rate, phase occupancy, disk writes, peak node IB rate."""
+    n = int(math.floor((end - start) / step + 1e-9)) + 1
+    grid = start + step * np.arange(n)
+    tl = Timeline(t=[float(x) for x in grid])
+    read = lambda spec: rec.series(spec.name, start, end, step=step)   # noqa: E731   one point per grid step
+    util, sm = read(N.GPU_UTILIZATION), read(N.GPU_SM_ACTIVITY)
+    if util:
+        tl.series["util"] = _list(grid_avg(util, grid, smooth))
+    if sm:
+        tl.series["sm"] = _list(grid_avg(sm, grid, smooth))
+    steps = read(N.TRAIN_STEPS)
+    if steps:
+        tl.series["steps"] = _list(_nansum([grid_rate(s, grid, smooth) for s in steps], n))
+    by_phase: dict[str, list[Series]] = defaultdict(list)
+    for s in read(N.TRAIN_PHASE_TIME):
+        if s.get(N.PHASE) in TIMELINE_PHASES:
+            by_phase[s.get(N.PHASE)].append(s)
+    for phase, ss in by_phase.items():
+        cum = _list(_nansum([grid_last(s, grid) for s in ss], n))
+        tl.series["phase_" + phase] = occupancy(cum, step, ranks)
+    writes = [s for s in read(N.DISK_IO) if s.get(N.DISK_DIRECTION) == "write"]
+    if writes:
+        tl.series["disk_write"] = _list(_nansum([grid_rate(s, grid, smooth) for s in writes], n))
+    ib: dict[str, list[Series]] = defaultdict(list)
+    for s in read(N.IB_IO):
+        ib[s.get(N.HOST)].append(s)
+    if ib:
+        per_node = [_nansum([grid_rate(s, grid, smooth) for s in ss], n) for ss in ib.values()]
+        tl.series["ib"] = _list(_nanmax(per_node, n))
+    return tl
+
+
+def profile_of(rec: Recording) -> P.ProfileSummary | None:
+    """The recorded profiles as the communication rule reads them (samples in nanoseconds)."""
+    # the summary groups by rank and asks only whether a sample carries a phase: merge the rest first
+    merged: dict[tuple, int] = defaultdict(int)
+    for stack, value, labels, _unit in rec.profile_stacks():
+        merged[(tuple(stack), labels.get(P.PHASE_LABEL) is not None, labels.get("rank") or "all")] += value
+    rows = [(list(reversed(stack)), value, {"rank": rank, **({P.PHASE_LABEL: "1"} if tagged else {})}, {})
+            for (stack, tagged, rank), value in merged.items()]
+    return P.from_samples(rows) if rows else None
+
+
+def recorded_window(rec: Recording, *, require_steps: bool = True, with_profile: bool = True) -> Window:
+    """The whole recording as a diagnosis window; DiagnoseError when there is nothing to diagnose."""
+    span = rec.span()
+    if span is None or span[1] <= span[0]:
+        raise DiagnoseError(f"empty recording: no points in {', '.join(map(str, rec.dirs))}")
+    start, end = span
+    w = Window(job=rec.job, start=start, end=end)
+    w.ranks, w.gpus, w.nodes = ranks_of(rec, start, end), gpus_of(rec, start, end), nodes_of(rec, start, end)
+    if not (w.ranks or w.gpus or w.nodes):
+        raise DiagnoseError(f"empty recording: no otel-gpu series in {', '.join(map(str, rec.dirs))}")
+    if require_steps and not w.ranks:
+        raise DiagnoseError("no step metrics in the recording (otelgpu.train.steps): the command ran no "
+                            "training loop otel-gpu knows, or pass --gpu-only")
+    w.interval_s = estimate_interval(w.ranks, w.gpus)
+    w.step_s = resolution(end - start)
+    w.timeline = timeline_of(rec, start, end, w.step_s, w.step_s + 2 * w.interval_s, max(1, len(w.ranks)))
+    if with_profile:
+        w.profile = profile_of(rec)
+    return w

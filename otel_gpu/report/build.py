@@ -1,0 +1,102 @@
+"""Building a report from one or more run directories (the nodes of one job): diagnosis, plots,
+flame graphs, summary; written atomically as one HTML file."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+from ..diagnose import run_rules
+from ..diagnose.findings import Finding
+from ..diagnose.report import write_atomic
+from ..diagnose.thresholds import Thresholds
+from ..diagnose.window import DiagnoseError
+from ..record.reader import Recording, RecordingError
+from ..record.session import relative
+from ..record.window import recorded_window
+from . import data as rd
+from .html import render
+
+REPORT_NAME = "report.html"
+
+
+@dataclass
+class Built:
+    html: str
+    findings: list[Finding]
+    summary: list[dict]
+    job: str | None
+    seconds: float
+
+
+def _fmt_s(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{1000 * v:.1f} ms" if v < 1 else f"{v:.2f} s"
+
+
+def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
+    t0 = time.perf_counter()
+    span = rec.span()
+    if span is None:
+        raise RecordingError(f"{', '.join(map(str, rec.dirs))}: the recording is empty")
+    start, end = span
+    findings, note = [], ""
+    try:
+        findings = run_rules(recorded_window(rec), thresholds)
+    except DiagnoseError as exc:
+        note = f"No diagnosis: {exc}"
+    summary = rd.step_summary(rec)
+    hosts = len({s["host"] for s in summary})
+    meta = rec.metas[0]
+    status = meta.get("exit_status")
+    when = datetime.fromtimestamp(start, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    subtitle = (f"{when}, {end - start:.0f} s, {len(summary)} ranks on {len(rec.dirs)} node(s)"
+                + (f", exit status {status}" if status is not None else ", still running or cut off")
+                + f"; command: {' '.join(json.loads(meta.get('command', '[]')))}")
+    data = {
+        "job": rec.job, "start": start, "end": end, "subtitle": subtitle,
+        "summary": [{"label": rd.rank_label(s["host"], s["rank"], hosts), "steps": s["steps"],
+                     "median": _fmt_s(s["median_step_s"])} for s in summary],
+        "findings": [f.as_dict() for f in findings], "diagnosis_note": note,
+        "plots": rd.plots(rec, start, end), "flames": rd.flames(rec),
+    }
+    return Built(render(data), findings, summary, rec.job, time.perf_counter() - t0)
+
+
+def write_report(dirs: Sequence[Path], out: Path, thresholds: Thresholds | None = None) -> Built:
+    with Recording.open(dirs) as rec:
+        built = build(rec, thresholds)
+    write_atomic(str(out), built.html)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(out, 0o666 & ~mask)   # a report is for sharing: the umask's mode, not the temp file's 0600
+    return built
+
+
+def summary_text(built: Built, out: Path) -> str:
+    """The lines printed at the end of a recorded run: steps, median step time per rank, top findings."""
+    hosts = len({s["host"] for s in built.summary})
+    lines = [f"otel-gpu: job {built.job or '-'}"]
+    for s in built.summary:
+        lines.append(f"  {rd.rank_label(s['host'], s['rank'], hosts)}: {s['steps']:.0f} steps, "
+                     f"median step {_fmt_s(s['median_step_s'])}")
+    if not built.summary:
+        lines.append("  no training steps recorded")
+    top = [f for f in built.findings if not f.missing][:3]
+    for i, f in enumerate(top, 1):
+        lines.append(f"  {i}. [{f.severity}] {f.title}")
+    if built.summary and not top:
+        lines.append("  no bottleneck found")
+    lines.append(f"otel-gpu: report {relative(out)}")
+    return "\n".join(lines)
+
+
+def write_report_for_run(directory: Path) -> str:
+    """The report of a recorded run, in its directory; returns the summary to print."""
+    out = directory / REPORT_NAME
+    return summary_text(write_report([directory], out), out)

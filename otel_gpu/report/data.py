@@ -1,0 +1,247 @@
+"""What a report shows, computed from a recording (pure over a `Recording`): time series on one
+grid per plot, flame graph trees per rank and phase, and the run's summary numbers.
+
+Every plot is `{"id", "title", "unit", "x": [unix s], "series": [{"label", "values", "dash"}]}`
+with None where a series has no value; counters become rates over the grid step.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from statistics import median
+
+import numpy as np
+
+from .. import names as N
+from ..record.reader import Recording, Series
+from ..record.window import VIRTUAL
+
+MAX_POINTS = 600          # grid points per plot over the whole run
+MIN_STEP_S = 0.25         # finest grid step: counters are linear between their points, so rates stay exact
+PHASE_ORDER = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
+COLLECTIVE_PREFIX = N.PREFIX + "train.collective"
+MIN_FLAME_SHARE = 0.001   # flame graph frames under this share of their tree's total are left out
+MAX_FLAME_NODES = 1500    # and at most this many frames per rank and phase (the largest kept)
+NO_PHASE = "(no phase)"
+
+
+def grid_of(start: float, end: float) -> np.ndarray:
+    """Times (unix s) every `step` from start to end: at most MAX_POINTS, at least MIN_STEP_S apart."""
+    step = max(MIN_STEP_S, (end - start) / MAX_POINTS)
+    return start + step * np.arange(int((end - start) / step) + 1)
+
+
+def _interp(s: Series, grid: np.ndarray, values=None) -> np.ndarray:
+    a = np.asarray(s.points, dtype=float)
+    v = a[:, 1] if values is None else np.asarray(values, dtype=float)
+    return np.interp(grid, a[:, 0], v, left=np.nan, right=np.nan)
+
+
+def _delta(x: np.ndarray) -> np.ndarray:
+    return np.concatenate([[np.nan], np.diff(x)])
+
+
+def _rate(s: Series, grid: np.ndarray) -> np.ndarray:
+    step = grid[1] - grid[0] if len(grid) > 1 else 1.0
+    return np.maximum(_delta(_interp(s, grid)), 0) / step
+
+
+def _sum(arrays: list[np.ndarray], n: int) -> np.ndarray:
+    if not arrays:
+        return np.full(n, np.nan)
+    a = np.vstack(arrays)
+    return np.where(np.all(np.isnan(a), axis=0), np.nan, np.nansum(a, axis=0))
+
+
+def _values(a: np.ndarray, digits: int = 4) -> list[float | None]:
+    return [None if math.isnan(x) else float(f"{x:.{digits}g}") for x in a]
+
+
+def _num_key(text: str):
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+
+
+def _by(series: list[Series], *keys: str) -> dict[tuple, list[Series]]:
+    out: dict[tuple, list[Series]] = defaultdict(list)
+    for s in series:
+        out[tuple(s.get(k) for k in keys)].append(s)
+    return dict(sorted(out.items(), key=lambda kv: [_num_key(x) for x in kv[0]]))
+
+
+def _plot(pid: str, title: str, unit: str, grid: np.ndarray, series: list[tuple[str, np.ndarray, bool]],
+          stacked: bool = False) -> dict:
+    return {"id": pid, "title": title, "unit": unit, "stacked": stacked, "x": [round(float(t), 3) for t in grid],
+            "series": [{"label": label, "values": _values(v), "dash": dash} for label, v, dash in series]}
+
+
+def rank_label(host: str, rank: str, hosts: int) -> str:
+    return f"rank {rank}" if hosts <= 1 else f"{host} rank {rank}"
+
+
+def _rows(arrays: list[np.ndarray], fn) -> np.ndarray:
+    """`fn` (np.nanmean, np.nanmax) across series at each grid point; NaN where none has a value."""
+    a = np.vstack(arrays)
+    out = np.full(a.shape[1], np.nan)
+    has = ~np.all(np.isnan(a), axis=0)
+    out[has] = fn(a[:, has], axis=0)
+    return out
+
+
+class _Bucketed:
+    """The recording read with one point per series and grid step (what a plot can show)."""
+
+    def __init__(self, rec: Recording, start: float, end: float, step: float):
+        self.rec, self.start, self.end, self.step = rec, start, end, step
+
+    def series(self, metric: str) -> list[Series]:
+        return self.rec.series(metric, self.start, self.end, step=self.step)
+
+    def metrics(self) -> list[str]:
+        return self.rec.metrics()
+
+
+def plots(rec: Recording, start: float, end: float) -> list[dict]:
+    grid = grid_of(start, end)
+    n, step = len(grid), (grid[1] - grid[0] if len(grid) > 1 else 1.0)
+    rec = _Bucketed(rec, start, end, step) if step > MIN_STEP_S else rec
+    hosts = len({s.get(N.HOST) for s in rec.series(N.TRAIN_STEPS.name)}) or 1
+    out = []
+
+    gpu = []
+    util, sm = _by(rec.series(N.GPU_UTILIZATION.name), N.HOST, N.GPU_INDEX), _by(rec.series(N.GPU_SM_ACTIVITY.name), N.HOST, N.GPU_INDEX)
+    for key in sorted(set(util) | set(sm), key=lambda k: [_num_key(x) for x in k]):
+        name = f"gpu{key[1]}" if len({k[0] for k in util} | {k[0] for k in sm}) <= 1 else f"{key[0]}/gpu{key[1]}"
+        for what, table, dash in (("util", util, False), ("SM active", sm, True)):
+            if key in table:
+                gpu.append((f"{name} {what}", _rows([_interp(s, grid) for s in table[key]], np.nanmean), dash))
+    out.append(_plot("gpu", "GPU utilization (solid) and SM activity (dashed), per GPU", "share", grid, gpu))
+
+    steps = []
+    for (host, rank), hs in _by(rec.series(N.TRAIN_STEP_DURATION.name), N.HOST, N.RANK).items():
+        tot = _sum([_delta(_interp(s, grid)) for s in hs], n)
+        cnt = _sum([_delta(_interp(s, grid, s.counts)) for s in hs if len(s.counts) == len(s.points)], n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            steps.append((rank_label(host, rank, hosts), np.where(cnt > 0.5, tot / cnt, np.nan), False))
+    out.append(_plot("step_time", "Step time per rank (mean over each interval)", "s", grid, steps))
+
+    by_phase = _by(rec.series(N.TRAIN_PHASE_TIME.name), N.PHASE)
+    nranks = max(1, len(_by(rec.series(N.TRAIN_STEPS.name), N.HOST, N.RANK)))
+    names = [p for p in PHASE_ORDER if (p,) in by_phase] + sorted(p for (p,) in by_phase if p not in PHASE_ORDER)
+    shares = [(p, np.clip(_sum([_rate(s, grid) for s in by_phase[(p,)]], n) / nranks, 0, 1)) for p in names]
+    if shares:
+        phased = _sum([v for _, v in shares], n)
+        shares.append(("unphased", np.clip(1 - phased, 0, 1)))
+    stack, acc = [], np.zeros(n)
+    for p, v in shares:
+        acc = acc + np.nan_to_num(v)
+        stack.append((p, np.where(np.isnan(v), np.nan, acc), False))
+    out.append(_plot("phases", "Phase shares of wall time, all ranks (stacked)", "share", grid, stack, stacked=True))
+
+    coll = []
+    metrics = [m for m in rec.metrics() if m.startswith(COLLECTIVE_PREFIX)]
+    for m in metrics:
+        for (host, rank), ss in _by(rec.series(m), N.HOST, N.RANK).items():
+            label = rank_label(host, rank, hosts) + (f" {m[len(COLLECTIVE_PREFIX) + 1:]}" if len(metrics) > 1 else "")
+            coll.append((label, _sum([_rate(s, grid) for s in ss], n), False))
+    out.append(_plot("collective", "Time blocked in collectives per rank (share of wall time)", "share", grid, coll))
+
+    net = []
+    multi = len({s.get(N.HOST) for s in rec.series(N.NET_IO.name)}) > 1
+    for (host,), ss in _by([s for s in rec.series(N.NET_IO.name) if not VIRTUAL.match(s.get(N.IFACE))], N.HOST).items():
+        for d in ("receive", "transmit"):
+            net.append((f"{host + ' ' if multi else ''}ethernet {d}", _sum([_rate(s, grid) for s in ss if s.get(N.DIRECTION) == d], n), False))
+    for (host,), ss in _by(rec.series(N.IB_IO.name), N.HOST).items():
+        for d in ("receive", "transmit"):
+            net.append((f"{host + ' ' if multi else ''}InfiniBand {d}", _sum([_rate(s, grid) for s in ss if s.get(N.DIRECTION) == d], n), False))
+    for (host,), ss in _by(rec.series(N.NET_LIMIT.name), N.HOST).items():
+        ib = [s for s in ss if s.get(N.IB_DEVICE)]
+        eth = [s for s in ss if not s.get(N.IB_DEVICE) and not VIRTUAL.match(s.get(N.IFACE))]
+        for what, group in (("InfiniBand", ib), ("ethernet", eth)):
+            if group:
+                net.append((f"{host + ' ' if multi else ''}{what} link speed", _sum([_interp(s, grid) for s in group], n), True))
+    out.append(_plot("network", "Network and InfiniBand throughput against link speed (dashed)", "B/s", grid, net))
+
+    disk = []
+    for (host, d), ss in _by(rec.series(N.DISK_IO.name), N.HOST, N.DISK_DIRECTION).items():
+        disk.append((f"{host + ' ' if multi else ''}{d}", _sum([_rate(s, grid) for s in ss], n), False))
+    out.append(_plot("disk", "Disk read / write", "B/s", grid, disk))
+
+    cpu = []
+    for (host,), ss in _by([s for s in rec.series(N.CPU_UTILIZATION.name) if s.get(N.CPU_MODE) == "idle"], N.HOST).items():
+        cpu.append((f"{host + ' ' if multi else ''}CPU busy", 1 - _rows([_interp(s, grid) for s in ss], np.nanmean), False))
+    for (host,), ss in _by(rec.series(N.MEMORY_UTILIZATION.name), N.HOST).items():
+        cpu.append((f"{host + ' ' if multi else ''}memory used", _rows([_interp(s, grid) for s in ss], np.nanmax), True))
+    out.append(_plot("cpu_mem", "CPU busy and memory used, per node", "share", grid, cpu))
+    return out
+
+
+# ---- flame graphs ----------------------------------------------------------------------------
+
+def _floor(tree: dict, min_share: float, max_nodes: int) -> float:
+    """The smallest frame total kept: `min_share` of the tree, raised so at most `max_nodes` frames stay
+    (a child never outweighs its parent, so what is kept stays one connected tree)."""
+    values, todo = [], [tree]
+    while todo:
+        node = todo.pop()
+        values.append(node["v"])
+        todo += node["c"].values()
+    floor = tree["v"] * min_share
+    if len(values) > max_nodes:
+        floor = max(floor, sorted(values, reverse=True)[max_nodes - 1])
+    return floor
+
+
+def flames(rec: Recording, min_share: float = MIN_FLAME_SHARE, max_nodes: int = MAX_FLAME_NODES) -> dict:
+    """Per "rank|phase" a flame graph tree `[name index, total value, [children]]` (values in the
+    profile's unit, nanoseconds for pyroscope-io), the smallest frames left out (`_floor`: their
+    time stays in their parent's total); `names` is the shared frame-name table."""
+    trees: dict[str, dict] = {}
+    unit = ""
+    hosts = {labels.get("node", "") for _, _, labels, _ in rec.profile_stacks()}
+    for stack, value, labels, u in rec.profile_stacks():
+        unit = unit or u
+        rank = labels.get("rank", "?")
+        if len(hosts) > 1:
+            rank = f"{labels.get('node', '')} rank {rank}"
+        key = f"{rank}|{labels.get('phase') or NO_PHASE}"
+        node = trees.get(key)
+        if node is None:
+            node = trees[key] = {"v": 0, "c": {}}
+        node["v"] += value
+        for frame in stack:
+            kids = node["c"]
+            node = kids.get(frame)
+            if node is None:
+                node = kids[frame] = {"v": 0, "c": {}}
+            node["v"] += value
+    names: dict[str, int] = {}
+
+    def pack(name: str, node: dict, floor: float) -> list:
+        kept = sorted(((k, c) for k, c in node["c"].items() if c["v"] >= floor), key=lambda kv: -kv[1]["v"])
+        return [names.setdefault(name, len(names)), node["v"], [pack(k, c, floor) for k, c in kept]]
+
+    packed = {k: pack("total", t, _floor(t, min_share, max_nodes)) for k, t in trees.items()}
+    ranks = sorted({k.split("|")[0] for k in packed}, key=_num_key)
+    phases = sorted({k.split("|")[1] for k in packed}, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
+    return {"unit": unit or "nanoseconds", "names": list(names), "ranks": ranks, "phases": phases, "trees": packed}
+
+
+# ---- summary ---------------------------------------------------------------------------------
+
+def step_summary(rec: Recording) -> list[dict]:
+    """Per rank: steps, and the median of the per-export mean step times (s)."""
+    out = []
+    hist = _by(rec.series(N.TRAIN_STEP_DURATION.name), N.HOST, N.RANK)
+    for (host, rank), ss in _by(rec.series(N.TRAIN_STEPS.name), N.HOST, N.RANK).items():
+        means = []
+        for s in hist.get((host, rank), []):
+            for i in range(1, min(len(s.points), len(s.counts))):
+                dc = s.counts[i] - s.counts[i - 1]
+                if dc > 0:
+                    means.append((s.points[i][1] - s.points[i - 1][1]) / dc)
+            if not means and s.counts and s.counts[-1] > 0:
+                means.append(s.points[-1][1] / s.counts[-1])
+        out.append({"host": host, "rank": rank, "steps": sum(s.points[-1][1] for s in ss),
+                    "median_step_s": median(means) if means else None})
+    return out

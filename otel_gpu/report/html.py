@@ -1,0 +1,53 @@
+"""The report as one self-contained HTML file: vendored uPlot and d3-flame-graph, our page script
+and the report data inlined (opens offline, no server, no CDN)."""
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+VENDOR = HERE / "vendor"
+SCRIPTS = ("uPlot.iife.min.js", "d3-selection.min.js", "d3-flamegraph.min.js")
+STYLES = ("uPlot.min.css", "d3-flamegraph.css")
+
+
+def _inline_json(data) -> str:
+    """JSON safe inside a <script> element (no `</` sequence, no HTML comment openers)."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
+    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def render(data: dict) -> str:
+    title = f"otel-gpu report: {data.get('job') or 'run'}"
+    css = "\n".join((VENDOR / s).read_text() for s in STYLES) + "\n" + (HERE / "page.css").read_text()
+    libs = "\n".join(f"<script>{(VENDOR / s).read_text()}</script>" for s in SCRIPTS)
+    ranks = "".join(f"<tr><td>{html.escape(r['label'])}</td><td>{r['steps']:.0f}</td><td>{html.escape(r['median'])}</td></tr>"
+                    for r in data["summary"])
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>{css}</style></head>
+<body>
+<h1>{html.escape(title)}</h1>
+<div class="meta">{html.escape(data['subtitle'])}</div>
+<div id="errors"></div>
+<section id="sec-summary"><h2>Steps</h2>
+<table id="summary"><tr><th>rank</th><th>steps</th><th>median step time</th></tr>{ranks}</table></section>
+<section id="sec-findings"><h2>Findings</h2>
+<div id="findings"></div></section>
+<section id="sec-plots"><h2>Time series</h2>
+<div id="plots"></div></section>
+<h2 id="flames">Flame graphs (wall clock)</h2>
+<div id="flame-controls">
+<label>rank <select id="flame-rank"></select></label>
+<label>phase <select id="flame-phase"></select></label>
+<label>search <input id="flame-search" type="search" placeholder="function name"></label>
+<button id="flame-reset" type="button">reset zoom</button>
+<span id="flame-total"></span>
+</div>
+<div id="flame"></div>
+<script type="application/json" id="report-data">{_inline_json(data)}</script>
+{libs}
+<script>{(HERE / 'page.js').read_text()}</script>
+</body></html>
+"""

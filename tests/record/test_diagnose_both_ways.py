@@ -1,0 +1,48 @@
+"""One real run recorded and, at the same time, exported to VictoriaMetrics (the recorder forwards
+every body): `diagnose RUN_DIR` finds what `diagnose --prometheus` finds over the same window."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from otel_gpu.diagnose import diagnose
+from otel_gpu.promql import PromClient
+from otel_gpu.record.diagnose import diagnose_recording
+from tests.childenv import clean_env
+
+from .conftest import REPO, record, torchrun
+
+pytestmark = pytest.mark.slow
+CPU_TRAIN = REPO / "tests" / "diagnose" / "cpu_train.py"
+
+
+def test_recorded_and_prometheus_findings_agree(victoriametrics, tmp_path):
+    pytest.importorskip("torch", reason="torch not installed (pip install 'otel-gpu[train]')")
+    vm = victoriametrics
+    job = f"both-{uuid.uuid4().hex[:8]}"
+    env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"{vm.url}/opentelemetry", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
+    # an input-bound loop with checkpoints, 2 ranks; no profiles (the Prometheus side has no Pyroscope here)
+    r = record(tmp_path / "run", torchrun(CPU_TRAIN, str(tmp_path / "truth.json"), "--steps", "160", "--loader-ms", "25",
+                                          "--ckpt-every", "40", "--ckpt-mb", "32", "--ckpt-dir", str(tmp_path)),
+               "--job", job, "--no-profile", "--agent-arg=--fake-gpus=2", env=env, cwd=tmp_path)
+    assert r.proc.returncode == 0, r.proc.stderr[-3000:]
+    recorded = diagnose_recording([r.directory])
+    vm.flush()
+    time.sleep(1.0)
+    vm.flush()
+    w = recorded.window
+    with PromClient(vm.url) as client:
+        served = diagnose(client, job, w.start, w.end)
+    mine = [(f.rule, f.severity) for f in recorded.findings]
+    theirs = [(f.rule, f.severity) for f in served.findings]
+    assert mine == theirs, (recorded.as_dict()["findings"], served.as_dict()["findings"])
+    assert {"input", "checkpoint"} <= {rule for rule, _ in mine}, mine
+    assert [r.rank for r in w.ranks] == [r.rank for r in served.window.ranks] == ["0", "1"]
+    for a, b in zip(w.ranks, served.window.ranks):
+        assert a.steps == b.steps and a.phases.keys() == b.phases.keys()
+        assert a.phases["data_wait"] == pytest.approx(b.phases["data_wait"], rel=1e-6)
+    for f, g in zip(recorded.findings, served.findings):
+        if f.lost_share is not None and g.lost_share is not None:
+            assert f.lost_share == pytest.approx(g.lost_share, abs=0.03), (f.rule, f.lost_share, g.lost_share)
