@@ -14,9 +14,11 @@ MARK = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
 
 def header(d: dict) -> str:
     q = d["queries"]
+    source = (f"recording {', '.join(q.get('dirs', []))} read in {d.get('seconds', 0):.2f} s"
+              if q.get("source") == "recording" else
+              f"{q.get('queries', 0)} PromQL queries in {q.get('query_seconds', 0):.2f} s")
     return (f"job {d['job'] or '(all)'}, {fmt.span(d['start'], d['end'], date=True)} ({fmt.secs(d['duration_s'])}): "
-            f"{d['ranks']} ranks, {d['gpus']} GPUs, {d['nodes']} nodes; "
-            f"{q.get('queries', 0)} PromQL queries in {q.get('query_seconds', 0):.2f} s")
+            f"{d['ranks']} ranks, {d['gpus']} GPUs, {d['nodes']} nodes; {source}")
 
 
 def _where(f: dict) -> str:

@@ -46,6 +46,9 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
     steps = _group(rec.summaries(N.TRAIN_STEPS.name, start, end), by)
     hist = _group(rec.summaries(N.TRAIN_STEP_DURATION.name, start, end), by)
     phases = _group(rec.summaries(N.TRAIN_PHASE_TIME.name, start, end), by)
+    coll = _group(rec.summaries(N.TRAIN_COLLECTIVE_TIME.name, start, end), by)
+    ckpt = _group(rec.summaries(N.TRAIN_CHECKPOINTS.name, start, end), by)
+    save_ranges = save_ranges_of(rec, start, end) if ckpt else {}
     out = []
     for key, ss in steps.items():
         host, rank = key
@@ -56,13 +59,37 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
         # the time counted at the first point: step time, plus checkpoint/eval phases present by then
         at_first = [st.first for s, st in [*hist.get(key, []), *phases.get(key, [])] if st.first_t <= first + 1e-3
                     and (s.metric == N.TRAIN_STEP_DURATION.name or s.get(N.PHASE) in ("checkpoint", "eval"))]
+        by_phase: dict[str, float] = defaultdict(float)
+        by_kind: dict[str, float] = defaultdict(float)
+        for s, st in coll.get(key, []):   # seconds blocked in collectives, by phase and by kind
+            by_phase[s.get(N.PHASE)] += st.last
+            by_kind[s.get(N.COLLECTIVE)] += st.last
+        ends = [st.last for s, st in ckpt.get(key, []) if s.get(N.CHECKPOINT_EVENT) == "end"]
         out.append(RankStats(
             rank=rank, host=host, steps=sum(st.last for _, st in ss),
             step_time_s=sum(st.last for _, st in hist.get(key, [])),
             step_count=sum(st.last_count or 0.0 for _, st in hist.get(key, [])),
             phases=dict(ph), samples=max(st.n for _, st in ss), first_t=first,
-            last_t=max(st.last_t for _, st in ss), first_step_s=sum(at_first), started=True))
+            last_t=max(st.last_t for _, st in ss), first_step_s=sum(at_first), started=True,
+            collective_s=sum(by_phase.values()) if key in coll else None, collective_by_phase=dict(by_phase),
+            collective_by_kind=dict(by_kind), saves=sum(ends) if ends else None,
+            save_ranges=save_ranges.get(key, [])))
     return sorted(out, key=lambda r: (int(r.rank) if r.rank.isdigit() else 1 << 30, r.rank, r.host))
+
+
+def save_ranges_of(rec: Recording, start: float, end: float) -> dict[tuple, list[tuple[float, float]]]:
+    """checkpoint_times: (host, rank) -> (start, end) of each save seen, from the latest-save times."""
+    starts: dict[tuple, set[float]] = defaultdict(set)
+    ends: dict[tuple, set[float]] = defaultdict(set)
+    for s in rec.series(N.TRAIN_CHECKPOINT_LAST.name, start, end):
+        into = ends if s.get(N.CHECKPOINT_EVENT) == "end" else starts
+        into[(s.get(N.HOST), s.get(N.RANK))].update(v for _, v in s.points if math.isfinite(v))
+    out = {}
+    for key, done in ends.items():
+        begun = sorted(starts.get(key, ()))
+        out[key] = [(max(b for b in begun if b <= e), e) for e in sorted(done)
+                    if any(b <= e for b in begun) and e >= start]
+    return out
 
 
 def gpus_of(rec: Recording, start: float, end: float) -> list[GpuStats]:
@@ -245,6 +272,37 @@ def timeline_of(rec: Recording, start: float, end: float, step: float, smooth: f
     return tl
 
 
+def busy_of(rec: Recording, start: float, end: float, grid: list[float], smooth: float) -> dict[str, list[float | None]]:
+    """rank_busy: rank -> busy seconds per step at each grid time (step time minus collective wait and
+    checkpoint/eval time, over steps, each an increase over `smooth` seconds)."""
+    g = np.asarray(grid, dtype=float)
+
+    def increase(points: list[tuple[float, float]]) -> np.ndarray:
+        if not points:
+            return np.zeros(len(g))
+        series = Series("", "counter", "", {}, sorted(points))
+        now, before = grid_last(series, g), grid_last(series, g - smooth)
+        return np.nan_to_num(now, nan=0.0) - np.nan_to_num(before, nan=0.0)
+
+    parts: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for s in rec.series(N.TRAIN_STEP_DURATION.name, start, end):
+        rank = s.get(N.RANK)
+        parts[rank]["sum"] += s.points
+        parts[rank]["count"] += [(t, c) for (t, _), c in zip(s.points, s.counts)]
+    for s in rec.series(N.TRAIN_COLLECTIVE_TIME.name, start, end):
+        if s.get(N.PHASE) not in ("checkpoint", "eval"):
+            parts[s.get(N.RANK)]["coll"] += s.points
+    for s in rec.series(N.TRAIN_PHASE_TIME.name, start, end):
+        if s.get(N.PHASE) in ("checkpoint", "eval"):
+            parts[s.get(N.RANK)]["out"] += s.points
+    out = {}
+    for rank, p in parts.items():
+        n = increase(p["count"])
+        busy = increase(p["sum"]) - increase(p["coll"]) - increase(p["out"])
+        out[rank] = [float(max(0.0, b / c)) if c > 0 else None for b, c in zip(busy, n)]
+    return out
+
+
 def profile_of(rec: Recording) -> P.ProfileSummary | None:
     """The recorded profiles as the communication rule reads them (samples in nanoseconds)."""
     # the summary groups by rank and asks only whether a sample carries a phase: merge the rest first
@@ -272,6 +330,8 @@ def recorded_window(rec: Recording, *, require_steps: bool = True, with_profile:
     w.interval_s = estimate_interval(w.ranks, w.gpus)
     w.step_s = resolution(end - start)
     w.timeline = timeline_of(rec, start, end, w.step_s, w.step_s + 2 * w.interval_s, max(1, len(w.ranks)))
+    if len(w.ranks) > 1 and all(r.collective_s is not None for r in w.ranks):
+        w.busy = busy_of(rec, start, end, w.timeline.t, w.step_s + 2 * w.interval_s)
     if with_profile:
         w.profile = profile_of(rec)
     return w

@@ -43,6 +43,10 @@ def test_recorded_and_prometheus_findings_agree(victoriametrics, tmp_path):
     for a, b in zip(w.ranks, served.window.ranks):
         assert a.steps == b.steps and a.phases.keys() == b.phases.keys()
         assert a.phases["data_wait"] == pytest.approx(b.phases["data_wait"], rel=1e-6)
+        assert a.collective_s == pytest.approx(b.collective_s, rel=1e-6) and a.collective_s > 0
+        assert a.collective_by_kind.keys() == b.collective_by_kind.keys()
+        assert a.saves == b.saves and len(a.save_ranges) == len(b.save_ranges)
+    assert w.busy.keys() == served.window.busy.keys() == {"0", "1"}
     for f, g in zip(recorded.findings, served.findings):
         if f.lost_share is not None and g.lost_share is not None:
             assert f.lost_share == pytest.approx(g.lost_share, abs=0.03), (f.rule, f.lost_share, g.lost_share)
