@@ -84,6 +84,22 @@ def calls_under_test():
             "all_reduce async + wait()": async_wait, "autograd backward": backward}
 
 
+def wrapper_cost(calls: int, rounds: int) -> tuple[float, float]:
+    """(s per call of a no-op, s per call of the same no-op inside the collective wrapper): our own
+    cost per collective, without the collective's noise."""
+    from torch.distributed import distributed_c10d as c10d
+
+    def noop():
+        return None
+
+    timed = collectives._timed(noop, "all_reduce", c10d.Work)
+    plain, wrapped = [], []
+    for _ in range(rounds):
+        plain.append(per_call(noop, calls * 10))
+        wrapped.append(per_call(timed, calls * 10))
+    return statistics.median(plain), statistics.median(wrapped)
+
+
 def ddp_steps(steps: int, width: int) -> list[float]:
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -111,7 +127,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--width", type=int, default=1024, help="MLP width (about 50 ms a step on this machine)")
+    ap.add_argument("--width", type=int, default=2048, help="MLP width (about 40-50 ms a step on this machine)")
     ap.add_argument("--collectives", type=int, default=64, help="collective calls (each waited) in a typical step")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -125,8 +141,12 @@ def main() -> int:
         off, on = interleaved(fn, a.calls, a.rounds)
         added[name] = on - off
         print(f"  {name:28s} off {off * 1e6:8.2f} us  on {on * 1e6:8.2f} us  added {(on - off) * 1e6:7.2f} us")
-    typical = (added["DataLoader next()"] + added["autograd backward"]
-               + a.collectives * added["all_reduce async + wait()"])
+    plain, wrapped = wrapper_cost(a.calls, a.rounds)
+    per_collective = max(0.0, wrapped - plain)
+    print(f"  {'collective wrapper (no-op)':28s} off {plain * 1e6:8.2f} us  on {wrapped * 1e6:8.2f} us  "
+          f"added {per_collective * 1e6:7.2f} us")
+    typical = (max(0.0, added["DataLoader next()"]) + max(0.0, added["autograd backward"])
+               + a.collectives * 2 * per_collective)   # a call and its wait
     print(f"typical step (1 batch, 1 backward, {a.collectives} collectives each waited): "
           f"{typical * 1e6:.1f} us = {typical / 0.050:.3%} of a 50 ms step (bar 1%)")
     offs, ons = [], []

@@ -182,10 +182,23 @@ def _queue_wait(futures: list) -> None:
     Variable._execution_engine.queue_callback(wait_for_buckets)
 
 
+def _average(process_group, bucket):
+    """What DDP does without a communication hook: average the bucket over the group (divide by its
+    size, all-reduce); the division is skipped for a group of one, as DDP's own path costs nothing there."""
+    import torch.distributed as dist
+
+    group = process_group if process_group is not None else dist.group.WORLD
+    tensor = bucket.buffer()
+    size = group.size()
+    if size > 1:
+        tensor.div_(size)
+    work = dist.all_reduce(tensor, group=group, async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
 def _patch_ddp(ddp_class) -> None:
     """DDP.forward is the forward phase and registers the timing hook at the first call (unless the user
     registered a builtin hook); a user's own Python hook is wrapped so it is timed the same way."""
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
     def make_register(original):
         @functools.wraps(original)
@@ -214,7 +227,7 @@ def _patch_ddp(ddp_class) -> None:
             if not getattr(self, "_otelgpu_hooked", False) and host_blocking():
                 self._otelgpu_hooked = True
                 try:
-                    self.register_comm_hook(self.process_group, default_hooks.allreduce_hook)
+                    self.register_comm_hook(self.process_group, _average)
                 except Exception as exc:   # an unknown DDP version: train unmeasured rather than fail
                     log.warning("otel-gpu: DDP all-reduce wait not measured: %r", exc)
             t.enter("forward")
@@ -227,7 +240,8 @@ def _patch_ddp(ddp_class) -> None:
         return forward
 
     _patch(ddp_class, "register_comm_hook", make_register)
-    _patch(ddp_class, "register_builtin_comm_hook", make_builtin)
+    _patch(ddp_class, "register_builtin_comm_hook", make_builtin)     # public before torch 2.x's rename
+    _patch(ddp_class, "_register_builtin_comm_hook", make_builtin)
     _patch(ddp_class, "forward", make_forward)
 
 
