@@ -7,7 +7,7 @@ import statistics
 from . import fmt
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
-from .window import Window
+from .model import Window
 
 # Suggested `otel-gpu tune --space` files (its format: short names for the ZeRO-3 knobs it knows,
 # dotted config paths for others, false drops a knob). Latency-bound: fewer, larger collectives.

@@ -5,7 +5,7 @@ from . import fmt
 from . import timeseries as ts
 from .findings import Finding, severity_for
 from .thresholds import Thresholds
-from .window import Window
+from .model import Window
 
 CAUSES = {
     "checkpoint": ("checkpoints", "the time is counted in the checkpoint finding: save asynchronously or less often"),

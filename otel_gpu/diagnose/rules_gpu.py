@@ -6,7 +6,7 @@ import statistics
 from . import fmt
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
-from .window import GpuStats, Window
+from .model import GpuStats, Window
 
 NO_AGENT = "run the otel-gpu agent on the job's nodes (with the same OTELGPU_JOB)"
 POWER = ("sw_power_cap", "hw_power_brake")

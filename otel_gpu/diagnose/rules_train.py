@@ -7,7 +7,7 @@ from . import fmt
 from . import timeseries as ts
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
-from .window import RankStats, Window
+from .model import RankStats, Window
 
 PHASE_EPS = 0.01   # ranks in a phase (timeline value) above this: the phase is happening
 

@@ -15,7 +15,7 @@ import statistics
 from . import fmt
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
-from .window import RankStats, Window
+from .model import RankStats, Window
 
 OUTSIDE_STEP = ("checkpoint", "eval")   # not part of the per-step comparison: their own rules
 UNPHASED = "unphased"

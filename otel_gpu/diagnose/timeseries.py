@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from .window import Timeline, Window
+from .model import Timeline, Window
 
 
 @dataclass(frozen=True)

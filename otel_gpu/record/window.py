@@ -17,8 +17,9 @@ import numpy as np
 from .. import names as N
 from ..diagnose import profiles as P
 from ..diagnose.queries import THROTTLE_REASONS, TIMELINE_PHASES
-from ..diagnose.window import (DiagnoseError, GpuStats, NodeStats, RankStats, Timeline, Window, estimate_interval,
-                               occupancy, resolution)
+from ..diagnose.model import DiagnoseError, GpuStats, NodeStats, RankStats, Timeline, Window
+from ..diagnose.parse import estimate_interval, occupancy
+from ..diagnose.window import resolution
 from .reader import Recording, Series, Summary
 
 VIRTUAL = re.compile(r"^(|lo|docker.*|veth.*|virbr.*|br-.*|cni.*|flannel.*)$")

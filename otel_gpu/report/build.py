@@ -14,7 +14,7 @@ from ..diagnose import run_rules
 from ..diagnose.findings import Finding
 from ..diagnose.report import write_atomic
 from ..diagnose.thresholds import Thresholds
-from ..diagnose.window import DiagnoseError
+from ..diagnose.model import DiagnoseError
 from ..record.reader import Recording, RecordingError
 from ..record.session import relative
 from ..record.window import recorded_window

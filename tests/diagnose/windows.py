@@ -1,7 +1,7 @@
 """Hand-built diagnosis windows for the pure rule tests (no server)."""
 from __future__ import annotations
 
-from otel_gpu.diagnose.window import GpuStats, NodeStats, RankStats, Timeline, Window
+from otel_gpu.diagnose.model import GpuStats, NodeStats, RankStats, Timeline, Window
 
 T0 = 1_700_000_000.0
 

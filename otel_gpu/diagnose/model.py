@@ -1,0 +1,140 @@
+"""What a diagnosis reads: a window of a job's series, summarised per rank, GPU and node (plain data:
+rules are pure functions over it, tests build one by hand)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class DiagnoseError(RuntimeError):
+    """The window cannot be diagnosed (no data, no step metrics): one line for the user."""
+
+
+@dataclass
+class RankStats:
+    """One training rank over the window; times in seconds, `first_t`/`last_t` unix seconds."""
+    rank: str
+    host: str
+    steps: float = 0.0
+    step_time_s: float = 0.0        # sum of step durations
+    step_count: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # exclusive seconds per phase
+    samples: int = 0
+    first_t: float | None = None
+    last_t: float | None = None
+    first_step_s: float | None = None  # time counted at the first point: steps, checkpoint and eval phases
+    started: bool = False              # the step counter started inside the window
+    collective_s: float | None = None  # seconds blocked in collectives inside steps; None: not measured
+    collective_by_phase: dict[str, float] = field(default_factory=dict)  # phase ('' = none) -> seconds
+    collective_by_kind: dict[str, float] = field(default_factory=dict)   # all_gather, ... -> seconds
+    saves: float | None = None         # checkpoint saves that ended in the window (None: no counter)
+    save_ranges: list[tuple[float, float]] = field(default_factory=list)  # (start, end) unix s, of saves seen
+
+    @property
+    def mean_step_s(self) -> float | None:
+        return self.step_time_s / self.step_count if self.step_count > 0 else None
+
+
+@dataclass
+class GpuStats:
+    """One GPU over the window: means and peaks (fractions 0..1, W, Celsius, Hz, bytes)."""
+    host: str
+    gpu: str                        # NVML index
+    uuid: str = ""
+    util: float | None = None       # mean NVML utilization
+    sm: float | None = None         # mean GPM SM activity
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    temp_c: float | None = None
+    temp_max_c: float | None = None
+    clock_hz: float | None = None   # mean SM clock
+    clock_max_hz: float | None = None
+    mem_used_b: float | None = None  # peak
+    mem_limit_b: float | None = None
+    throttle: dict[str, float] = field(default_factory=dict)  # reason -> share of window active
+    ranks: list[str] = field(default_factory=list)
+    samples: int = 0
+    first_t: float | None = None
+    last_t: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.host}/gpu{self.gpu}"
+
+
+@dataclass
+class NodeStats:
+    """One node over the window: shares 0..1, bytes, bytes/s, counts."""
+    host: str
+    cpu_busy: float | None = None         # mean share of all CPUs not idle
+    mem_used: float | None = None         # peak share of host memory used
+    swap_used_b: float | None = None      # peak swap in use
+    swap_pages_per_s: float | None = None
+    nic_errors: float | None = None       # interface errors in the window
+    ib_errors: float | None = None        # InfiniBand port errors in the window
+    link_Bps: float | None = None         # mean per-direction interconnect throughput (IB, else Ethernet)
+    link_limit_Bps: float | None = None   # the node's port speeds, per direction
+    link_kind: str = ""                   # "infiniband" | "ethernet"
+    disk_write_Bps: float | None = None
+
+
+@dataclass
+class Timeline:
+    """Job-wide series on a common time grid; a value is None where the series has no point."""
+    t: list[float] = field(default_factory=list)
+    series: dict[str, list[float | None]] = field(default_factory=dict)
+
+    def get(self, name: str) -> list[float | None] | None:
+        return self.series.get(name)
+
+
+@dataclass
+class Window:
+    job: str | None
+    start: float
+    end: float
+    step_s: float = 1.0          # timeline resolution
+    interval_s: float = 10.0     # estimated export interval of the series
+    ranks: list[RankStats] = field(default_factory=list)
+    gpus: list[GpuStats] = field(default_factory=list)
+    nodes: list[NodeStats] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
+    profile: Any = None          # profiles.ProfileSummary when profiles were read
+    profile_error: str | None = None  # why profiles could not be read (Pyroscope down, wrong API, ...)
+    busy: dict[str, list[float | None]] = field(default_factory=dict)  # rank -> busy s per step, on timeline.t
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float:
+        return self.end - self.start
+
+    def active_s(self, first_t: float | None, last_t: float | None) -> float:
+        """Wall time a series covers: its span plus the export interval before its first point
+        (the first point already counts what happened since the process started), within the window."""
+        if first_t is None or last_t is None:
+            return 0.0
+        lead = min(self.interval_s, max(0.0, first_t - self.start))
+        return max(0.0, min(self.duration_s, last_t - first_t + lead))
+
+    def rank_wall_s(self, r: RankStats) -> float:
+        """A rank's wall time in the window: from its first to its last step counter movement, plus,
+        when it started inside the window, the time counted at its first point (steps, checkpoint and
+        eval phases: the first export comes up to an interval after the first step, and first steps
+        are often slow)."""
+        if r.started and r.first_t is not None and r.last_t is not None and r.first_step_s is not None:
+            lead = r.first_step_s + 0.5 * (r.mean_step_s or 0.0)   # + the step in progress at that point, on average
+            lead = min(lead, max(0.0, r.first_t - self.start))
+            return max(0.0, min(self.duration_s, r.last_t - r.first_t + lead))
+        return self.active_s(r.first_t, r.last_t)
+
+    def gpu_time_s(self) -> float:
+        """GPU-seconds in the window (each GPU's active time), else rank-seconds."""
+        if self.gpus:
+            return sum(self.active_s(g.first_t, g.last_t) or self.duration_s for g in self.gpus)
+        return sum(self.rank_wall_s(r) for r in self.ranks)
+
+    def node(self, host: str) -> NodeStats | None:
+        return next((n for n in self.nodes if n.host == host), None)
+
+    def gpus_of(self, host: str) -> list[GpuStats]:
+        return [g for g in self.gpus if g.host == host]
