@@ -122,6 +122,34 @@ def ddp_steps(steps: int, width: int) -> list[float]:
     return out[3:]
 
 
+def ddp_hook_variants(steps: int, width: int, rounds: int) -> dict[str, float]:
+    """Median step (s) of a DDP loop with no comm hook, torch's allreduce_hook, and ours (`_average`)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    hooks(False)
+    x, y = torch.randn(32, 256), torch.randn(32, 16)
+    out: dict[str, list[float]] = {"no hook": [], "torch allreduce_hook": [], "otel-gpu hook": []}
+    for _ in range(rounds):
+        for name, hook in (("no hook", None), ("torch allreduce_hook", default_hooks.allreduce_hook),
+                           ("otel-gpu hook", collectives._average)):
+            torch.manual_seed(0)
+            net = torch.nn.Sequential(torch.nn.Linear(256, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                                      torch.nn.ReLU(), torch.nn.Linear(width, 16))
+            model = DDP(net)
+            if hook is not None:
+                model.register_comm_hook(None, hook)
+            opt = torch.optim.SGD(model.parameters(), lr=0.01)
+            for i in range(steps):
+                t = time.perf_counter()
+                torch.nn.functional.mse_loss(model(x), y).backward()
+                opt.step()
+                opt.zero_grad()
+                if i >= 3:
+                    out[name].append(time.perf_counter() - t)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
@@ -159,6 +187,10 @@ def main() -> int:
     m_off, m_on = statistics.median(offs), statistics.median(ons)
     print(f"DDP loop (world 1, gloo): median step off {m_off * 1e3:.2f} ms, on {m_on * 1e3:.2f} ms, "
           f"ratio {m_on / m_off:.4f}")
+    variants = ddp_hook_variants(a.steps // 2, a.width, max(3, a.rounds // 2))
+    base = variants["no hook"]
+    print("DDP comm hook alone (no timing): " + ", ".join(f"{k} {v * 1e3:.2f} ms ({v / base:.3f})"
+                                                          for k, v in variants.items()))
     dist.destroy_process_group()
     return 0
 

@@ -39,7 +39,7 @@ KINDS = {
     "batch_isend_irecv": "send_recv",
 }
 DDP_KIND = "ddp_allreduce"
-MAX_PENDING = 4096   # async Works remembered until waited (their kind); beyond this the oldest are forgotten
+MAX_PENDING = 4096   # async Works remembered until waited (kind, call time); past this all are forgotten
 
 _local = threading.local()          # .inside: this thread is inside one of our timed calls
 _pending: dict[int, tuple[str, float]] = {}   # id(Work) -> (kind of the call that returned it, seconds in the call)
