@@ -184,7 +184,7 @@ def test_a_window_is_a_non_empty_finite_interval_or_one_line(from_, to, last):
 
 
 def test_argparse_errors_from_every_subcommand_are_one_line():
-    for argv in (["agent", "--nope"], ["tune"], ["diagnose"], ["dashboards", "--nope"], ["run", "--job"]):
+    for argv in (["agent", "--nope"], ["tune"], ["diagnose", "--nope"], ["dashboards", "--nope"], ["run", "--job"]):
         args, err = _parse(argv)
         assert args is None and err.count("\n") == 1 and err.startswith("otel-gpu"), (argv, err)
 
