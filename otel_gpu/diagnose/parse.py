@@ -68,22 +68,25 @@ def _tagged(v: dict[str, Any], prefix: str, start_prefix: str) -> dict[str, floa
 
 def parse_save_ranges(result: list[Series], start: float, end: float) -> dict[tuple[str, str], list[tuple[float, float]]]:
     """(host, rank) -> (start, end) of each save seen in the window, from the samples of the ranks'
-    latest-save start/end times: each distinct end is one save, paired with the latest start before it."""
+    latest-save start/end times (see `pair_saves`)."""
     starts: dict[tuple[str, str], set[float]] = {}
     ends: dict[tuple[str, str], set[float]] = {}
     for s in result:
         key = (s.labels.get("host_name", ""), s.labels.get("otelgpu_rank", ""))
         into = ends if s.labels.get("otelgpu_checkpoint_event") == "end" else starts
-        into.setdefault(key, set()).update(v for _, v in s.points if math.isfinite(v))
-    out = {}
-    for key, done in ends.items():
-        begun = sorted(starts.get(key, ()))
-        ranges = []
-        for e in sorted(done):
-            b = [x for x in begun if x <= e]
-            if b and e >= start and b[-1] <= end:
-                ranges.append((b[-1], e))
-        out[key] = ranges
+        into.setdefault(key, set()).update(v for _, v in s.points)
+    return {key: pair_saves(starts.get(key, set()), done, start, end) for key, done in ends.items()}
+
+
+def pair_saves(starts: set[float], ends: set[float], start: float, end: float) -> list[tuple[float, float]]:
+    """Save (start, end) pairs from the distinct latest-save start and end times seen: each distinct
+    end is one save, paired with the latest start before it; saves outside [start, end] left out."""
+    begun = sorted(x for x in starts if math.isfinite(x))
+    out = []
+    for e in sorted(x for x in ends if math.isfinite(x)):
+        before = [b for b in begun if b <= e]
+        if before and e >= start and before[-1] <= end:
+            out.append((before[-1], e))
     return out
 
 

@@ -18,7 +18,7 @@ from .. import names as N
 from ..diagnose import profiles as P
 from ..diagnose.queries import THROTTLE_REASONS, TIMELINE_PHASES
 from ..diagnose.model import DiagnoseError, GpuStats, NodeStats, RankStats, Timeline, Window
-from ..diagnose.parse import estimate_interval, occupancy
+from ..diagnose.parse import estimate_interval, occupancy, pair_saves
 from ..diagnose.window import resolution
 from .reader import Recording, Series, Summary
 
@@ -84,13 +84,8 @@ def save_ranges_of(rec: Recording, start: float, end: float) -> dict[tuple, list
     ends: dict[tuple, set[float]] = defaultdict(set)
     for s in rec.series(N.TRAIN_CHECKPOINT_LAST.name, start, end):
         into = ends if s.get(N.CHECKPOINT_EVENT) == "end" else starts
-        into[(s.get(N.HOST), s.get(N.RANK))].update(v for _, v in s.points if math.isfinite(v))
-    out = {}
-    for key, done in ends.items():
-        begun = sorted(starts.get(key, ()))
-        out[key] = [(max(b for b in begun if b <= e), e) for e in sorted(done)
-                    if any(b <= e for b in begun) and e >= start]
-    return out
+        into[(s.get(N.HOST), s.get(N.RANK))].update(v for _, v in s.points)
+    return {key: pair_saves(starts.get(key, set()), done, start, end) for key, done in ends.items()}
 
 
 def gpus_of(rec: Recording, start: float, end: float) -> list[GpuStats]:

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from otel_gpu.diagnose import RULES, run_rules
 from otel_gpu.diagnose.comm import BANDWIDTH_SPACE, LATENCY_SPACE, comm_bound
@@ -328,3 +330,26 @@ def test_the_exporter_threads_http_send_is_not_communication():
         (["matmul", "forward", "main"], 60 * ns, {"phase": "forward"}, {"rank": "0"}),
     ])
     assert p.training_s == pytest.approx(70.0) and p.comm_share() == pytest.approx(10 / 70)
+
+
+def test_save_pairs_from_latest_start_and_end_times():
+    from otel_gpu.diagnose.parse import pair_saves
+
+    # three saves seen; an end from before the window and a start with no end yet are left out
+    starts, ends = {5.0, 100.0, 200.0, 300.0, 390.0}, {8.0, 110.0, 205.0, 330.0}
+    assert pair_saves(starts, ends, 50.0, 400.0) == [(100.0, 110.0), (200.0, 205.0), (300.0, 330.0)]
+    assert pair_saves(set(), ends, 0.0, 400.0) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.floats(allow_nan=True, allow_infinity=True, width=32)),
+       st.sets(st.floats(allow_nan=True, allow_infinity=True, width=32)),
+       st.floats(-1e6, 1e6), st.floats(0, 1e6))
+def test_save_pairs_are_ordered_real_saves(starts, ends, start, length):
+    from otel_gpu.diagnose.parse import pair_saves
+
+    pairs = pair_saves(starts, ends, start, start + length)
+    assert len(pairs) <= len(ends)
+    assert [e for _, e in pairs] == sorted({e for _, e in pairs})          # one pair per distinct end, in order
+    for b, e in pairs:
+        assert b in starts and e in ends and b <= e and e >= start and b <= start + length

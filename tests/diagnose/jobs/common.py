@@ -81,3 +81,10 @@ class Truth:
                **{f"{k}_s": v for k, v in self.s.items()}, **{f"{k}_share": v / wall for k, v in self.s.items()}}
         with open(self.args.truth.format(rank=self.rank), "w") as fh:
             json.dump(out, fh)
+
+
+def log_metrics(truth, loss):
+    """A user's between-steps bookkeeping; on the slow rank it is slow."""
+    if truth.slow_here("between_steps"):
+        truth.sleep()
+    return float(loss)

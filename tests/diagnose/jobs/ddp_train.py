@@ -12,14 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import Batches, Truth, parse_args
-
-
-def log_metrics(truth, loss):
-    """A user's between-steps bookkeeping; on the slow rank it is slow."""
-    if truth.slow_here("between_steps"):
-        truth.sleep()
-    return float(loss)
+from common import Batches, Truth, log_metrics, parse_args
 
 
 def main():

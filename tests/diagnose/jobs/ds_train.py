@@ -13,7 +13,7 @@ os.environ.setdefault("DS_ACCELERATOR", "cpu")
 import deepspeed  # noqa: E402
 import torch  # noqa: E402
 
-from common import Batches, Truth, parse_args  # noqa: E402
+from common import Batches, Truth, log_metrics, parse_args  # noqa: E402
 
 
 def config(batch: int) -> dict:
@@ -25,13 +25,6 @@ def config(batch: int) -> dict:
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 100000,
     }
-
-
-def log_metrics(truth, loss):
-    """A user's between-steps bookkeeping; on the slow rank it is slow."""
-    if truth.slow_here("between_steps"):
-        truth.sleep()
-    return float(loss)
 
 
 def main():
