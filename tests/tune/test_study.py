@@ -100,11 +100,27 @@ def test_pruning_from_prometheus(victoriametrics, tmp_path):
     assert records[1].evidence == {k: None for k in records[1].evidence} and len(records[1].evidence) == 5
 
 
+def _schema_ready(db) -> bool:
+    """The study database exists with Optuna's tables (read-only look, creates nothing)."""
+    import sqlite3
+
+    if not db.exists():
+        return False
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error:
+        return False
+    return {"studies", "trials", "trial_user_attributes", "version_info"} <= names
+
+
 def _wait_running(db, number, timeout=60):
     """Wait until trial `number` of study 't' runs with its process group recorded; its attrs."""
+    import sqlalchemy.exc
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not db.exists():
+        if not _schema_ready(db):   # never race the tuner's own creation of the tables
             time.sleep(0.2)
             continue
         try:
@@ -113,7 +129,7 @@ def _wait_running(db, number, timeout=60):
             if len(trials) > number and trials[number].state == optuna.trial.TrialState.RUNNING \
                     and trials[number].user_attrs.get("pgid"):
                 return trials[number].user_attrs
-        except KeyError:
+        except (KeyError, sqlalchemy.exc.OperationalError):   # the study or its tables are not there yet
             pass
         time.sleep(0.2)
     raise AssertionError(f"trial {number} never started")
