@@ -117,8 +117,7 @@ def _fail(msg: str) -> int:
 
 def run(args) -> int:
     from ..promql import PromClient, PromError
-    from . import diagnose, report as rp
-    from .annotations import AnnotationError, annotation_payloads, post_annotations
+    from . import diagnose
     from .profiles import PyroscopeError, fetch_pyroscope
     from .thresholds import ThresholdError, load_thresholds
     from .window import DiagnoseError

@@ -65,7 +65,7 @@ def _timer():
     """The session's timer when this process's collectives block the host, else None (cheap: per call)."""
     s = session._session
     t = s.timer if s is not None else session.timer()
-    if t is None or t.broken or not (_host_blocking[0] if _host_blocking else host_blocking()):
+    if t is None or t.broken or not host_blocking():
         return None
     return t
 

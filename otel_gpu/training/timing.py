@@ -128,10 +128,6 @@ class Timer:
         if self._step_start is None and self.claim(driver):
             self._step_start = self.clock()
 
-    def in_step(self) -> bool:
-        """True while a counted step is open."""
-        return self._step_start is not None
-
     def collective(self, kind: str, seconds: float) -> None:
         """This thread was blocked `seconds` in a collective of `kind` (all_reduce, all_gather, ...).
         Counted only inside a step, so it compares with step time; tagged with the current phase.
