@@ -117,19 +117,21 @@ def _int(s: str) -> int:
 
 
 def parse_nodes(result: list[Series]) -> list[NodeStats]:
-    out = []
-    for (host,), v in sorted(split_union(result, ("host_name",)).items()):
-        if all(x is None for x in v.values()):
-            continue
-        ib = v.get("ib_limit")
-        kind = "infiniband" if ib else ("ethernet" if v.get("eth_limit") else "")
-        out.append(NodeStats(
-            host=host, cpu_busy=v.get("cpu_busy"), mem_used=v.get("mem_used"), swap_used_b=v.get("swap_used"),
-            swap_pages_per_s=v.get("swap_rate"), nic_errors=v.get("nic_errors"), ib_errors=v.get("ib_errors"),
-            link_Bps=v.get("ib_rate") if kind == "infiniband" else v.get("eth_rate"),
-            link_limit_Bps=ib if kind == "infiniband" else v.get("eth_limit"), link_kind=kind,
-            disk_write_Bps=v.get("disk_write")))
-    return out
+    return [node_stats(host, v) for (host,), v in sorted(split_union(result, ("host_name",)).items())
+            if any(x is not None for x in v.values())]
+
+
+def node_stats(host: str, v: dict[str, Any]) -> NodeStats:
+    """One node from its statistics keyed as `queries.node_summary` tags them; the interconnect is
+    InfiniBand when its ports have a speed, else Ethernet."""
+    ib = v.get("ib_limit")
+    kind = "infiniband" if ib else ("ethernet" if v.get("eth_limit") else "")
+    return NodeStats(
+        host=host, cpu_busy=v.get("cpu_busy"), mem_used=v.get("mem_used"), swap_used_b=v.get("swap_used"),
+        swap_pages_per_s=v.get("swap_rate"), nic_errors=v.get("nic_errors"), ib_errors=v.get("ib_errors"),
+        link_Bps=v.get("ib_rate") if kind == "infiniband" else v.get("eth_rate"),
+        link_limit_Bps=ib if kind == "infiniband" else v.get("eth_limit"), link_kind=kind,
+        disk_write_Bps=v.get("disk_write"))
 
 
 def parse_timeline(result: list[Series], start: float, end: float, step: float, ranks: int = 1) -> Timeline:

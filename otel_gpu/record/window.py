@@ -18,7 +18,7 @@ from .. import names as N
 from ..diagnose import profiles as P
 from ..diagnose.queries import THROTTLE_REASONS, TIMELINE_PHASES
 from ..diagnose.model import DiagnoseError, GpuStats, NodeStats, RankStats, Timeline, Window
-from ..diagnose.parse import estimate_interval, occupancy, pair_saves
+from ..diagnose.parse import estimate_interval, node_stats, occupancy, pair_saves
 from ..diagnose.window import resolution
 from .reader import Recording, Series, Summary
 
@@ -160,17 +160,7 @@ def nodes_of(rec: Recording, start: float, end: float) -> list[NodeStats]:
         hosts[h]["eth_limit"] = limits(ss, lambda s: (s.get(N.IFACE),))
     for h, ss in per_host(N.DISK_IO, lambda s: s.get(N.DISK_DIRECTION) == "write").items():
         hosts[h]["disk_write"] = _agg((st.rate for _, st in ss), sum)
-    out = []
-    for h, v in sorted(hosts.items()):
-        ib = v.get("ib_limit")
-        kind = "infiniband" if ib else ("ethernet" if v.get("eth_limit") else "")
-        out.append(NodeStats(
-            host=h, cpu_busy=v.get("cpu_busy"), mem_used=v.get("mem_used"), swap_used_b=v.get("swap_used"),
-            swap_pages_per_s=v.get("swap_rate"), nic_errors=v.get("nic_errors"), ib_errors=v.get("ib_errors"),
-            link_Bps=v.get("ib_rate") if kind == "infiniband" else v.get("eth_rate"),
-            link_limit_Bps=ib if kind == "infiniband" else v.get("eth_limit"), link_kind=kind,
-            disk_write_Bps=v.get("disk_write")))
-    return out
+    return [node_stats(h, v) for h, v in sorted(hosts.items())]
 
 
 # ---- timeline ------------------------------------------------------------------------------
