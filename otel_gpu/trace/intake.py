@@ -42,6 +42,7 @@ ID_CLAMPED = "stream/correlation/external id beyond int64 (set to -1)"
 BW_CLAMPED = "memory bandwidth not a finite number >= 0 (set to 0)"
 BW_ARG = "memory bandwidth (GB/s)"
 GPU_ANNOTATION = "gpu_user_annotation"
+CUDA_SYNC = "cuda_sync"
 _get_ts = attrgetter("ts")
 
 
@@ -78,7 +79,26 @@ class Collector:
         self.dropped: dict[str, int] = {}
         self.clamped: dict[str, int] = {}
         self.annotation_tid: dict[int, object] = {}  # event position -> tid of GPU user annotations
+        self.thread = array("i")  # per kept event: code into ``threads``
+        self.threads: dict[tuple, int] = {}  # (pid, tid) as found in the file -> code, first seen first
+        self.sync_args: dict[int, tuple] = {}  # event position -> (wait_on_stream, wait_on_cuda_event_record_corr_id)
         self.add, self.add_struct = self._make_add()
+
+    def thread_codes(self, pids: list, tids: list) -> np.ndarray:
+        """Codes of (pid, tid) pairs; integer pairs in one vectorized step, anything else pair by pair."""
+        codes = self.threads
+        if _small_ints(pids) and _small_ints(tids):
+            off = 1 << 31  # both shifted to 0..2^32-1: one int64 key per pair
+            keys = ((np.array(pids, dtype=np.int64) + off).astype(np.uint64) << np.uint64(32)) | \
+                (np.array(tids, dtype=np.int64) + off).astype(np.uint64)
+            uniq, inverse = np.unique(keys, return_inverse=True)
+            table = np.empty(len(uniq), dtype=np.int32)
+            for j, k in enumerate(uniq.tolist()):
+                pair = ((k >> 32) - off, (k & 0xFFFFFFFF) - off)
+                table[j] = codes.setdefault(pair, len(codes))
+            return table[inverse.reshape(-1)] if len(uniq) else np.zeros(0, dtype=np.int32)
+        return np.array([codes.setdefault((_key(p), _key(t)), len(codes)) for p, t in zip(pids, tids)],
+                        dtype=np.int32)
 
     @property
     def ts_float(self) -> bool:
@@ -126,6 +146,12 @@ class Collector:
             for i, e in zip(kept_pos, kept):
                 if e.cat == GPU_ANNOTATION:
                     tids[base + i] = e.tid
+        if CUDA_SYNC in cats:
+            sync = self.sync_args
+            for i, e, a in zip(kept_pos, kept, args):
+                if e.cat == CUDA_SYNC and a is not None:
+                    sync[base + i] = (a.wait_on_stream, a.wait_on_event)
+        self.thread.frombytes(self.thread_codes([e.pid for e in kept], [e.tid for e in kept]).tobytes())
         if not self.flags["ts_float"] and set(map(type, map(_get_ts, events))) - {int}:
             self.flags["ts_float"] = True
         self.count[0] = base + len(events)
@@ -148,12 +174,13 @@ class Collector:
         a_bw = self.bw.append
         sym, flags, count, dropped, clamped = self.sym, self.flags, self.count, self.dropped, self.clamped
         tids = self.annotation_tid
+        a_thread, threads, sync = self.thread.append, self.threads, self.sync_args
         lim = TIME_LIMIT_US
 
         def drop(reason: str) -> None:
             dropped[reason] = dropped.get(reason, 0) + 1
 
-        def put(i, ts, dur, cat, name, stream, corr, ext, bw) -> None:
+        def put(i, ts, dur, cat, name, stream, corr, ext, bw, thread) -> None:
             """Keep one duration event (``ts``/``dur``/``cat`` present, ``cat != Trace``) or count why not."""
             t_ts = type(ts)
             if t_ts is not int and t_ts is not float:
@@ -196,6 +223,7 @@ class Collector:
                 a_corr(corr if -_I64 <= corr < _I64 else -1)
                 a_ext(ext if -_I64 <= ext < _I64 else -1)
                 clamped[ID_CLAMPED] = clamped.get(ID_CLAMPED, 0) + 1
+            a_thread(threads.setdefault(thread, len(threads)))
             a_index(i)
             a_ts(ts)
             a_dur(dur)
@@ -218,18 +246,23 @@ class Collector:
             cat = get("cat")
             if dur is None or cat is None or cat == "Trace":
                 return  # not a duration event: instant, counter, flow or metadata
+            tid = get("tid")
             if cat == GPU_ANNOTATION:
-                tids[i] = get("tid")
+                tids[i] = tid
+            thread = (_key(get("pid")), _key(tid))
             args = get("args")
             if type(args) is dict:
                 aget = args.get
                 ext = aget("External id")
                 if ext is None:
                     ext = aget("external id", -1)
+                if cat == CUDA_SYNC:
+                    sync[i] = (_sync_arg(aget("wait_on_stream", -1)),
+                               _sync_arg(aget("wait_on_cuda_event_record_corr_id", -1)))
                 put(i, ts, dur, cat, get("name"), aget("stream", -1), aget("correlation", -1), ext,
-                    aget(BW_ARG, 0.0))
+                    aget(BW_ARG, 0.0), thread)
             else:
-                put(i, ts, dur, cat, get("name"), -1, -1, -1, 0.0)
+                put(i, ts, dur, cat, get("name"), -1, -1, -1, 0.0, thread)
 
         def add_struct(e) -> None:
             """One event decoded by msgspec into :class:`_Event` (same rules as ``add``)."""
@@ -244,14 +277,17 @@ class Collector:
                 return
             if cat == GPU_ANNOTATION:
                 tids[i] = e.tid
+            thread = (_key(e.pid), _key(e.tid))
             args = e.args
             if args is None:
-                put(i, ts, dur, cat, e.name, -1, -1, -1, 0.0)
+                put(i, ts, dur, cat, e.name, -1, -1, -1, 0.0, thread)
             else:
                 ext = args.external_id
                 if ext is None:
                     ext = args.external_id_legacy
-                put(i, ts, dur, cat, e.name, args.stream, args.correlation, ext, args.bw)
+                if cat == CUDA_SYNC:
+                    sync[i] = (_sync_arg(args.wait_on_stream), _sync_arg(args.wait_on_event))
+                put(i, ts, dur, cat, e.name, args.stream, args.correlation, ext, args.bw, thread)
         return add, add_struct
 
 
@@ -264,6 +300,27 @@ def _bandwidth(v, clamped: dict) -> float:
     clamped[BW_CLAMPED] = clamped.get(BW_CLAMPED, 0) + 1
     return 0.0
 
+
+
+def _small_ints(values: list) -> bool:
+    """Every value an int in [-2^31, 2^31) (checked in C)."""
+    try:
+        a = np.array(values)
+    except (OverflowError, TypeError, ValueError):
+        return False
+    # floats, strings, None and ints beyond int64 give another dtype
+    return a.dtype == np.int64 and (not len(a) or (int(a.min()) >= -(1 << 31) and int(a.max()) < (1 << 31)))
+
+
+def _key(v):
+    """A pid or tid as kept: int or str; anything else (absent, float, list) as its text."""
+    if type(v) is int or type(v) is str:
+        return v
+    return "" if v is None else str(v)
+
+
+def _sync_arg(v) -> int:
+    return v if type(v) is int else _int_or(v)
 
 
 _loads = _fast_json.loads if _fast_json is not None else json.loads
@@ -280,6 +337,8 @@ if _msgspec is not None:
         external_id: Any = _msgspec.field(name="External id", default=None)
         external_id_legacy: Any = _msgspec.field(name="external id", default=None)
         bw: Any = _msgspec.field(name=BW_ARG, default=0.0)
+        wait_on_stream: Any = -1
+        wait_on_event: Any = _msgspec.field(name="wait_on_cuda_event_record_corr_id", default=-1)
 
     class _Event(_msgspec.Struct):
         """The event fields kept; other keys are skipped by the decoder without being built."""
@@ -288,6 +347,7 @@ if _msgspec is not None:
         dur: Any = None
         cat: Any = None
         name: Any = None
+        pid: Any = None
         tid: Any = None
         args: _Args | None = None
 
@@ -299,6 +359,8 @@ if _msgspec is not None:
         external_id: int | None = _msgspec.field(name="External id", default=None)
         external_id_legacy: int | None = _msgspec.field(name="external id", default=None)
         bw: float = _msgspec.field(name=BW_ARG, default=0.0)
+        wait_on_stream: int = -1
+        wait_on_event: int = _msgspec.field(name="wait_on_cuda_event_record_corr_id", default=-1)
 
     class _TypedEvent(_msgspec.Struct):
         """An event as well-formed traces have it (numbers where numbers belong)."""
@@ -307,6 +369,7 @@ if _msgspec is not None:
         dur: int | float | None = None
         cat: str | None = None
         name: str | None = None
+        pid: int | str | None = None
         tid: int | str | None = None
         args: _TypedArgs | None = None
 

@@ -69,6 +69,9 @@ class RankEvents:
     clamped: dict = field(default_factory=dict)  # reason -> events kept with a field replaced
     rounded_short: int = 0  # events whose rounded duration was below 0 us (kept as 0 us)
     annotation_tid: dict = field(default_factory=dict)  # index of a GPU user annotation -> its tid (-1 if not int)
+    thread: np.ndarray | None = None  # per event: code into ``threads`` (int8/int16 when few)
+    threads: list = field(default_factory=list)  # code -> (pid, tid) as in the file (int or str)
+    sync_args: dict = field(default_factory=dict)  # index of a cuda_sync event -> (wait_on_stream, event corr id)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -321,6 +324,14 @@ def _kept_tids(col: Collector) -> dict[int, int]:
     return {i: (t if type(t) is int else -1) for i in kept for t in (col.annotation_tid[i],)}
 
 
+def _kept_sync(col: Collector) -> dict[int, tuple]:
+    """The sync arguments of the cuda_sync events that were kept."""
+    if not col.sync_args:
+        return {}
+    kept = set(np.frombuffer(col.index, dtype=np.int64).tolist())
+    return {i: v for i, v in col.sync_args.items() if i in kept}
+
+
 def _finish(path: str, rank: int, col: Collector, meta: dict) -> RankEvents:
     ts = np.frombuffer(col.ts, dtype=np.float64)
     dur = np.frombuffer(col.dur, dtype=np.float64)
@@ -355,5 +366,7 @@ def _finish(path: str, rank: int, col: Collector, meta: dict) -> RankEvents:
         names=names, meta=meta, ts_rounded=col.ts_float,
         dropped=dict(col.dropped), clamped=dict(col.clamped), rounded_short=rounded_short,
         annotation_tid=_kept_tids(col),
+        thread=_downcast_int(np.frombuffer(col.thread, dtype=np.int32)),
+        threads=list(col.threads), sync_args=_kept_sync(col),
     )
 

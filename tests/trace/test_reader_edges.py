@@ -107,11 +107,13 @@ _any_value = st.one_of(_any_number, st.none(), st.booleans(), st.text(max_size=5
                        st.lists(st.integers(), max_size=2))
 _event = st.fixed_dictionaries(
     {"ph": st.just("X")},
-    optional={"ts": _any_value, "dur": _any_value, "tid": _any_value,
-              "cat": st.one_of(st.sampled_from(["kernel", "cpu_op", "Trace", "gpu_user_annotation"]), _any_value),
+    optional={"ts": _any_value, "dur": _any_value, "tid": _any_value, "pid": _any_value,
+              "cat": st.one_of(st.sampled_from(["kernel", "cpu_op", "Trace", "gpu_user_annotation", "cuda_sync"]),
+                               _any_value),
               "name": _any_value,
               "args": st.one_of(_any_value, st.fixed_dictionaries({}, optional={
-                  "stream": _any_value, "correlation": _any_value, "External id": _any_value}))})
+                  "stream": _any_value, "correlation": _any_value, "External id": _any_value,
+                  "wait_on_stream": _any_value, "wait_on_cuda_event_record_corr_id": _any_value}))})
 _element = st.one_of(_event, _event, _event, _any_value)
 
 
@@ -136,6 +138,8 @@ def test_any_event_mix_is_read_or_refused_cleanly(tmp_path, elements, chunk):
         assert want == 0, exc
         return
     assert len(ev) == want
+    assert len(ev.thread) == want and all(0 <= c < len(ev.threads) for c in ev.thread.tolist())
+    assert all(type(x) in (int, str) for pair in ev.threads for x in pair)
     assert sum(ev.dropped.values()) + want <= len(elements)
     assert ((ev.dur >= -1) & (ev.dur <= TIME_LIMIT_US)).all()  # -1: HTA's rounding of sub-us events
     assert (ev.stream >= -(2 ** 63)).all()  # ids fit int64 (clamped ones are -1)
@@ -162,7 +166,8 @@ _needs_msgspec = pytest.mark.skipif(intake._decode_structs is None,
 def _fields(ev):
     return ([getattr(ev, f).tolist() for f in ("index", "ts", "dur", "stream", "correlation", "external_id",
                                               "bw_index", "bw_value")], [ev.names[i] for i in ev.name],
-            [ev.names[i] for i in ev.cat], ev.dropped, ev.clamped, ev.ts_rounded, ev.annotation_tid)
+            [ev.names[i] for i in ev.cat], ev.dropped, ev.clamped, ev.ts_rounded, ev.annotation_tid,
+            [ev.threads[c] for c in ev.thread], ev.sync_args)
 
 
 @_needs_msgspec
@@ -201,3 +206,17 @@ def test_number_cut_by_a_read_is_read_whole(tmp_path):
         ev = read_trace(str(p), chunk_chars=chunk)
         assert len(ev) == 2 and ev.dropped == {"traceEvents element that is not an object": 2}, chunk
         assert ev.dur.tolist() == [2.0, 12.0]  # 3.5 + 12.5 = 16 -> ceil(3.5) = 4, floor(16) - 4 = 12
+
+
+def test_thread_and_sync_arguments_kept_per_event(tmp_path):
+    p = tmp_path / "r.json"
+    events = [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 10, "tid": -5, "ts": 1, "dur": 2},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 2, "dur": 1,
+               "args": {"stream": 7, "correlation": 3}},
+              {"ph": "X", "cat": "cuda_sync", "name": "Event Sync", "pid": 0, "tid": 7, "ts": 4, "dur": 1,
+               "args": {"stream": -1, "correlation": 9, "wait_on_stream": 7,
+                        "wait_on_cuda_event_record_corr_id": 3}}]
+    p.write_text(json.dumps({"traceEvents": events}))
+    ev = read_trace(str(p))
+    assert [ev.threads[c] for c in ev.thread] == [(10, -5), (0, "stream 7"), (0, 7)]
+    assert ev.sync_args == {2: (7, 3)}
