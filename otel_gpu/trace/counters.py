@@ -35,6 +35,19 @@ def describe(x: np.ndarray) -> dict:
 
 def queue_length_series(v: RankView) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """stream -> (ts us, queue length after each change), in HTA's event order."""
+    return {s: (ts, q) for s, (ts, q, _) in _queue_changes(v).items()}
+
+
+def queue_length_at_events(v: RankView) -> dict[int, int]:
+    """Event index (a launch call or its GPU event) -> the stream's queue length just after it."""
+    out: dict[int, int] = {}
+    for _, q, rows in _queue_changes(v).values():
+        out.update(zip(v.ev.index[rows].tolist(), q.tolist()))
+    return out
+
+
+def _queue_changes(v: RankView) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """stream -> (ts us, queue length after each change, the event (row of ``ev``) of each change)."""
     ev, rows = v.ev, v.rows
     calls = rows[np.isin(ev.name[rows], v.symbol_ids(LAUNCH_CALLS)) & (v.index_correlation[rows] > 0)]
     gpu = rows[ev.stream[rows] != -1]
@@ -57,11 +70,11 @@ def queue_length_series(v: RankView) -> dict[int, tuple[np.ndarray, np.ndarray]]
     stream = np.concatenate([call_stream, ev.stream[gpu_kept]])
     ts = ev.ts[all_rows] - v.ts0
     srt = ts.argsort(kind="quicksort")  # as pandas sort_values(by="ts"): same tie order as HTA
-    ts, step, stream = ts[srt], step[srt], stream[srt]
+    ts, step, stream, all_rows = ts[srt], step[srt], stream[srt], all_rows[srt]
     out = {}
     for s in np.unique(stream[stream != -1]).tolist():
         m = stream == s
-        out[s] = (ts[m], np.cumsum(step[m]))
+        out[s] = (ts[m], np.cumsum(step[m]), all_rows[m])
     return out
 
 
