@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import annotations, aten_ops, breakdown, counters, idle, launch, stragglers
+from . import (annotations, aten_ops, breakdown, call_stack, counters, critical_path, idle, kernel_sequences, launch,
+               stragglers)
 from .findings import Thresholds, check_ranks, thresholds_dict
 from .grouping import group_findings
 from .model import TraceSet
@@ -24,6 +25,11 @@ class Options:
     launch_delay_cutoff: float = 100
     max_queue_length: int = counters.CUDA_MAX_LAUNCH_QUEUE
     straggler_candidates: int = 2
+    critical_path: bool = True
+    critical_path_annotation: str = "ProfilerStep"
+    critical_path_instance: int | None = None  # None: the second instance when there are two, else the first
+    kernel_sequences: tuple[str, ...] = ()  # operator names (substrings); none: the analysis is not run
+    min_pattern_len: int = 3
     thresholds: Thresholds = field(default_factory=Thresholds)
 
 
@@ -35,6 +41,20 @@ def _for_csv(pairs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         narrow = pairs[c].astype(np.float32)
         out[c] = narrow if np.array_equal(narrow, pairs[c]) else pairs[c]
     return out
+
+
+def _kernel_sequences(views, opts: Options, notes: list[str]) -> list[dict]:
+    """Frequent kernel sequences of every rank for each requested operator (one call graph per rank)."""
+    rows: list[dict] = []
+    for v in views:
+        cs = call_stack.build(v)
+        notes += [f"rank {v.rank}: {n}" for n in cs.notes]
+        for op in opts.kernel_sequences:
+            got, why = kernel_sequences.frequent_sequences(v, cs, op, opts.min_pattern_len)
+            rows += got
+            if why:
+                notes.append(f"rank {v.rank}: no frequent kernel sequences under {op!r}: {why}")
+    return rows
 
 
 def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
@@ -71,12 +91,19 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         aten += [{"rank": v.rank, **row} for row in aten_ops.summarize_instances(instances)]
         aten_ops.group_instances(instances, pooled)
     aten_all = aten_ops.summarize_groups(pooled)
+    paths = [_critical_path(v, opts) for v in views] if opts.critical_path else []
     potential = stragglers.potential_stragglers(views, opts.straggler_candidates) if len(views) > 1 else \
         {"ranks": [], "counts": {}, "error": "one rank"}
     cross = cross_rank_summary(views, [t for t in temporal.values() if t])
     checks = check_ranks(views, temporal, idle_rows, opts.thresholds)
     pairs = {r: _for_csv(p) for r, p in pairs.items()}
     findings = group_findings(checks, opts.thresholds)
+    sequences = {}
+    if opts.kernel_sequences:
+        seq = _kernel_sequences(views, opts, notes)
+        sequences = {"kernel_sequences_request": {"operators": list(opts.kernel_sequences),
+                                                  "min_pattern_len": opts.min_pattern_len},
+                     "kernel_sequences": seq, "kernel_sequences_all_ranks": kernel_sequences.pool_ranks(seq)}
     return {
         "trace_dir": ts.path,
         "ranks": [v.rank for v in views],
@@ -98,6 +125,8 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "kernels_per_annotation": [r for v in views for r in annotations.kernels_per_annotation(v)],
         "aten_op_kernels": aten,
         "aten_op_kernels_all_ranks": aten_all,
+        "critical_path": paths,
+        **sequences,
         "cross_rank": cross,
         "findings": findings,
         "checks": checks,
@@ -105,6 +134,14 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "_launch_pairs": pairs,
         "_views": views,  # for the per-rank time-series CSVs, made when written
     }
+
+
+def _critical_path(v, opts: Options) -> dict:
+    """One rank's critical path summary, or the reason there is none."""
+    try:
+        return critical_path.critical_path(v, opts.critical_path_annotation, opts.critical_path_instance)
+    except critical_path.CriticalPathError as exc:
+        return {"rank": v.rank, "error": str(exc)}
 
 
 def jsonable(doc: dict) -> dict:

@@ -1,7 +1,8 @@
 """`otel-gpu trace analyze DIR` and `otel-gpu trace diff A B`: PyTorch profiler (Kineto) trace analysis.
 
 analyze: temporal breakdown, GPU kernel breakdown, idle time, communication/computation overlap,
-kernel launch statistics, a cross-rank straggler summary and anti-pattern findings, with
+kernel launch statistics, frequent kernel sequences (on request), a cross-rank straggler
+summary and anti-pattern findings, with
 HTA 0.5.0's semantics (see docs/trace.md). diff: per-op and per-kernel changes between runs.
 """
 from __future__ import annotations
@@ -77,6 +78,35 @@ def _percent(text: str) -> float:
     return x
 
 
+MAX_OPERATOR_CHARS = 1000
+
+
+def _operator(text: str) -> str:
+    """An operator name (substring) for --kernel-sequences: non-empty, one line, 1,000 characters at most."""
+    if not text or "\n" in text or len(text) > MAX_OPERATOR_CHARS:
+        raise argparse.ArgumentTypeError(f"need a non-empty operator name of one line, at most {MAX_OPERATOR_CHARS} "
+                                         f"characters (e.g. ProfilerStep, autograd::engine), got {text[:40]!r}")
+    return text
+
+
+def _index(text: str) -> int:
+    """A position from 0 (0 to 1,000,000)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
+    if not 0 <= n <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"must be 0 to 1000000, got {n}")
+    return n
+
+
+def _annotation(text: str) -> str:
+    """An event-name fragment: printable, at most 200 characters (empty: the whole trace)."""
+    if len(text) > 200 or not text.isprintable():
+        raise argparse.ArgumentTypeError(f"must be printable text of at most 200 characters, got {text[:40]!r}")
+    return text
+
+
 def check_outputs(json_path: str | None, csv_dir: str | None) -> None:
     """Refuse output paths that cannot be written, before any work: UsageError naming the flag."""
     for flag, path, is_dir in (("--json", json_path, False), ("--csv", csv_dir, True)):
@@ -119,6 +149,20 @@ def register(sub) -> None:
     a.add_argument("--min-impact", type=_percent, default=1.0, metavar="PCT",
                    help="report a finding only when its time at stake is at least PCT %% of the span analysed "
                         "(GPU span; steps on CPU-only traces); default 1")
+    a.add_argument("--kernel-sequences", type=_operator, action="append", default=None, metavar="OP",
+                   help="frequent kernel sequences launched under CPU ops whose name contains OP (HTA's "
+                        "operator_name, e.g. ProfilerStep, autograd::engine); repeat for several")
+    a.add_argument("--min-pattern-len", type=_count, default=None, metavar="N",
+                   help="with --kernel-sequences: only ops launching at least N kernels (HTA: 3)")
+    a.add_argument("--top-k", type=_count, default=None, metavar="N",
+                   help="with --kernel-sequences: patterns shown per operator in the terminal (HTA: 5; "
+                        "JSON and CSV have all)")
+    a.add_argument("--critical-path-annotation", metavar="TEXT", type=_annotation, default="ProfilerStep",
+                   help="critical path window: an event whose name contains TEXT (default ProfilerStep); "
+                        "the whole trace when no event matches")
+    a.add_argument("--critical-path-step", metavar="N", type=_index, default=None,
+                   help="which matching event, from 0 (default: 1 when there are two or more, else 0)")
+    a.add_argument("--no-critical-path", action="store_true", help="skip the critical path analysis")
     a.add_argument("--quiet", action="store_true", help="no terminal tables")
     a.set_defaults(func=run_analyze)
 
@@ -167,9 +211,15 @@ def run_analyze(args) -> int:
     from .report import csv_files, render_analysis
 
     check_outputs(args.json_out, args.csv_dir)
+    if not args.kernel_sequences and (args.min_pattern_len is not None or args.top_k is not None):
+        raise UsageError("--min-pattern-len and --top-k need --kernel-sequences OP")
     opts = Options(num_kernels=args.num_kernels, duration_ratio=args.duration_ratio,
                    consecutive_kernel_delay=args.kernel_delay, runtime_cutoff=args.runtime_cutoff,
-                   launch_delay_cutoff=args.launch_delay_cutoff)
+                   launch_delay_cutoff=args.launch_delay_cutoff,
+                   kernel_sequences=tuple(dict.fromkeys(args.kernel_sequences or ())),
+                   min_pattern_len=args.min_pattern_len or 3, critical_path=not args.no_critical_path,
+                   critical_path_annotation=args.critical_path_annotation,
+                   critical_path_instance=args.critical_path_step)
     opts.thresholds.runtime_cutoff_us = args.runtime_cutoff
     opts.thresholds.min_time_share_pct = args.min_impact
     ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs)
@@ -177,7 +227,7 @@ def run_analyze(args) -> int:
     if not _write(args, doc, csv_files(doc) if args.csv_dir else None):
         return 1
     if not args.quiet:
-        render_analysis(doc, _console(), top=args.top)
+        render_analysis(doc, _console(), top=args.top, sequences_top=args.top_k or 5)
     return 0
 
 

@@ -288,13 +288,11 @@ def _add_kernels(v, g: _Graph, clipped, start_node, end_node, node_event, pos_of
     kernel_sync: dict[int, int] = {}  # kernel event -> event of the kernel it waits for
     skipped = 0
 
-    def runtime_pos(e: int) -> int:
-        return int(pos_of_index(np.array([ic_all[e]]))[0])
-
+    runtime_of = dict(zip(sel.tolist(), pos_of_index(ic_all[sel]).tolist()))  # event -> its CPU call (-1: none)
     for e in sel.tolist():
         if ev.cat[e] == sync_cat:
             name = int(ev.name[e])
-            cpu = runtime_pos(e)
+            cpu = runtime_of[e]
             if name in (wait_event, event_sync):
                 wait = ev.sync_args.get(int(ev.index[e]), (-1, -1))[1]
                 launch = prev_launch.get(wait, -1)
@@ -322,7 +320,7 @@ def _add_kernels(v, g: _Graph, clipped, start_node, end_node, node_event, pos_of
         if src is not None and src in end_node:
             sync_end = end_node[src]
             g.add(sync_end, s, SYNC)
-        cpu = runtime_pos(e)
+        cpu = runtime_of[e]
         cpu_ts = float(ev.ts[cpu] - v.ts0) if cpu >= 0 else float("nan")
         prev = last.get(stream)
         idle_launch = (queue.get(int(ic_all[e])) == 1 and queue.get(int(ev.index[e])) == 0

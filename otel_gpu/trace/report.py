@@ -30,6 +30,8 @@ CSV_TABLES = {
     "aten_op_kernels.csv": "aten_op_kernels",
     "gpu_user_annotation_breakdown.csv": "gpu_user_annotation_breakdown",
     "kernels_per_annotation.csv": "kernels_per_annotation",
+    "kernel_sequences.csv": "kernel_sequences",  # only when asked for (--kernel-sequences)
+    "critical_path.csv": "critical_path",
     "findings.csv": "findings",
     "checks.csv": "checks",
 }
@@ -53,6 +55,8 @@ def csv_files(doc: dict):
     """(file name, CSV text) for each table of an analysis document, made one at a time so that
     only one table's text is in memory at once."""
     for name, key in CSV_TABLES.items():
+        if key == "kernel_sequences" and key not in doc:
+            continue
         yield name, _csv_text(jsonable(doc.get(key) or []))
     yield "steps.csv", _csv_text(jsonable(doc["cross_rank"]["steps"]))
     ps = doc.get("potential_stragglers") or {}
@@ -186,7 +190,35 @@ def _merge_rank_notes(notes: list[str]) -> list[str]:
             if n in by_text else n for n in out]
 
 
-def render_analysis(doc: dict, console, top: int = 10) -> None:
+def _pattern_text(pattern: str, shown: int = 4) -> str:
+    """"op|k1|k2|...|k600" -> "op: k1 > k2 > k3 > k4 > ... (+596)", each name shortened."""
+    op, *kernels = pattern.split("|")
+    parts = [_short(k, 40) for k in kernels[:shown]]
+    more = f" > ... (+{len(kernels) - shown})" if len(kernels) > shown else ""
+    return f"{_short(op, 40)}: " + " > ".join(parts) + more
+
+
+def render_kernel_sequences(doc: dict, console, top_k: int = 5) -> None:
+    """Top ``top_k`` patterns per requested operator, pooled over ranks."""
+    req = doc.get("kernel_sequences_request")
+    if not req:
+        return
+    pooled = doc["kernel_sequences_all_ranks"]
+    for op in req["operators"]:
+        rows = [r for r in pooled if r["operator"] == op]
+        if not rows:
+            console.print(f"Frequent kernel sequences under {op!r}: none with {req['min_pattern_len']} or more "
+                          "kernels (see the notes)", highlight=False)
+            continue
+        shown = rows[:top_k]
+        console.print(_table(f"Frequent kernel sequences under {op!r} (top {len(shown)} of {len(rows)} patterns, "
+                             f"ops launching >= {req['min_pattern_len']} kernels; counts and us summed over ranks)",
+                             ["pattern", "# kernels", "count", "ranks", "GPU kernel us", "CPU op us"],
+                             [[_pattern_text(r["pattern"]), r["kernels"], r["count"], rank_ranges(r["ranks"]),
+                               float(r["gpu_kernel_duration_us"]), float(r["cpu_op_duration_us"])] for r in shown]))
+
+
+def render_analysis(doc: dict, console, top: int = 10, sequences_top: int = 5) -> None:
     """Print the analysis as terminal tables."""
     console.print(f"[bold]Trace set[/bold] {doc['trace_dir']}  ranks {rank_ranges(doc['ranks'])}", highlight=False)
     for n in _merge_rank_notes(doc["notes"]):
@@ -259,6 +291,8 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
                              ["name", "kernels", "count", "op start to launch us", "launch to kernel us"],
                              [[_short(r["aten_op_name"], 40), _short(r["kernel_sequence"], 80), r["occurrence_count"],
                                r["avg_aten_op_launch_delay"], r["avg_runtime_delay"]] for r in rows]))
+    render_kernel_sequences(doc, console, sequences_top)
+    _render_critical_path(doc.get("critical_path") or [], console)
     ps = doc.get("potential_stragglers") or {}
     if ps.get("ranks"):
         console.print(f"Potential stragglers (HTA's method: latest start of {_short(ps['kernel'], 60)} on stream "
@@ -269,6 +303,26 @@ def render_analysis(doc: dict, console, top: int = 10) -> None:
                       f"{s['excess_us']:,.0f} us ({s['excess_pct']:+.1f}%) more busy time than the median rank",
                       highlight=False)
     render_findings(doc, console)
+
+
+def _render_critical_path(paths: list[dict], console) -> None:
+    """Per rank: the critical path's length and where its time goes (% of the path)."""
+    ok = [p for p in paths if "error" not in p]
+    if ok:
+        rows, more = _notable(ok, "length_us")
+        windows = sorted({p["window"].split(" (")[0] for p in rows})
+        console.print(_table(f"Critical path ({'; '.join(windows)}; % of the path)" + more,
+                             ["rank", "path us", "cpu %", "gpu compute %", "gpu comm %", "kernel gaps %",
+                              "launch delay %", "most time on the path"],
+                             [[p["rank"], p["length_us"], p["cpu_bound_pct"], p["gpu_compute_bound_pct"],
+                               p["gpu_communication_bound_pct"], p["gpu_kernel_kernel_overhead_pct"],
+                               p["gpu_kernel_launch_overhead_pct"],
+                               _short(p["top_events"][0]["name"], 40) + f" ({p['top_events'][0]['pct']:.0f}%)"
+                               if p["top_events"] else ""] for p in rows]))
+        for n in _merge_rank_notes([f"rank {p['rank']}: {n}" for p in ok for n in p["notes"]]):
+            console.print(f"  critical path note: {n}", highlight=False)
+    for n in _merge_rank_notes([f"rank {p['rank']}: {p['error']}" for p in paths if "error" in p]):
+        console.print(f"Critical path not computed: {n}", highlight=False)
 
 
 def render_findings(doc: dict, console) -> None:

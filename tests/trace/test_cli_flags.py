@@ -4,7 +4,7 @@ import argparse
 import os
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_gpu.cli import main
@@ -97,3 +97,45 @@ def test_existing_json_file_is_replaced_whole(tmp_path):
     out.write_text("old")
     assert main(["trace", "analyze", CLEAN, "--quiet", "--json", str(out)]) == 0
     assert out.read_text().startswith("{") and not [f for f in os.listdir(tmp_path) if f.startswith(".")]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(st.integers(-5, 2_000_000).map(str), st.text(max_size=12)))
+def test_critical_path_step_flag_parses_or_exits_2(capsys, text):
+    from otel_gpu.trace.cli import _index
+
+    try:
+        n = _index(text)
+    except argparse.ArgumentTypeError as exc:
+        assert "\n" not in str(exc)
+        assert main(["trace", "analyze", CLEAN, "--quiet", "--critical-path-step", text]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "--critical-path-step" in err and len(err.splitlines()) == 1
+        return
+    assert 0 <= n <= 1_000_000
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=250))
+def test_critical_path_annotation_flag(text):
+    from otel_gpu.trace.cli import _annotation
+
+    try:
+        got = _annotation(text)
+    except argparse.ArgumentTypeError as exc:
+        assert (len(text) > 200 or not text.isprintable()) and "\n" not in str(exc)
+        return
+    assert got == text
+
+
+def test_critical_path_flags_reach_the_result(tmp_path):
+    out = tmp_path / "r.json"
+    trace_dir = "tests/data/hta_extra/crafted/sync_2stream"
+    assert main(["trace", "analyze", trace_dir, "--quiet", "--json", str(out), "--critical-path-step", "0"]) == 0
+    import json
+    paths = json.loads(out.read_text())["critical_path"]
+    assert [p["instance"] for p in paths] == [0, 0]
+    assert main(["trace", "analyze", trace_dir, "--quiet", "--json", str(out), "--critical-path-step", "9"]) == 0
+    assert all("instance 9" in p["error"] for p in json.loads(out.read_text())["critical_path"])
+    assert main(["trace", "analyze", trace_dir, "--quiet", "--json", str(out), "--no-critical-path"]) == 0
+    assert json.loads(out.read_text())["critical_path"] == []
