@@ -4,7 +4,8 @@
 
 Ours runs as `python -m otel_gpu.trace analyze DIR --csv OUT --quiet` (the trace command alone).
 Each run is a fresh subprocess; wall time is end to end (load plus temporal, kernel, idle-time,
-overlap, launch, queue-length, memory-bandwidth and potential-straggler analyses; ours also runs
+overlap, launch, queue-length, memory-bandwidth, potential-straggler and per-rank critical path
+analyses; ours also runs
 the ATen-op table, the findings and the cross-rank summary and writes every CSV), peak RSS is the
 command's ru_maxrss as GNU time reports it (the largest of the process and its reaped
 workers; both tools parse ranks in fork-pool workers, one per core). HTA is installed into its own
@@ -27,6 +28,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CP_BOUNDS = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_kernel_overhead",
+             "gpu_kernel_launch_overhead")
 STDLIB_JSON = False
 TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else shutil.which("time")
 HTA_SCRIPT = r"""
@@ -41,6 +44,22 @@ def save_flat(df, name):  # describe() tables: flat headers
     if df is not None:
         df = df.copy(); df.columns = [c[1] if isinstance(c, tuple) else c for c in df.columns]
         df.reset_index().to_csv(os.path.join(out, name), index=False)
+def critical_paths():  # ours' default window: the 2nd ProfilerStep when there are two, else the 1st
+    sym = a.t.symbol_table.get_sym_id_map()
+    ids = [v for k, v in sym.items() if "ProfilerStep" in k]
+    got = {}
+    for r in ranks:
+        n = int(a.t.get_trace(r).name.isin(ids).sum()) if ids else 0
+        ann, inst = ("ProfilerStep", 1 if n >= 2 else 0) if n else ("", None)
+        try:
+            g, ok = a.critical_path_analysis(rank=r, annotation=ann, instance_id=inst)
+            e = g.get_critical_path_breakdown()
+            pct = e.groupby("bound_by").duration.sum() / e.duration.sum() * 100
+            got[r] = {"length_us": float(e.duration.sum()), "pct": {k: float(x) for k, x in pct.items() if k}}
+        except Exception as exc:
+            got[r] = {"error": repr(exc)[:300]}
+    with open(os.path.join(out, "critical_path.json"), "w") as fh:
+        json.dump(got, fh)
 def stragglers():
     got = [int(r) for r in a.get_potential_stragglers()]
     with open(os.path.join(out, "potential_stragglers.json"), "w") as fh:
@@ -57,6 +76,7 @@ for step, call in [
     ("queue", lambda: save_flat(a.get_queue_length_summary(ranks=ranks), "queue_length_summary.csv")),
     ("membw", lambda: save_flat(a.get_memory_bw_summary(ranks=ranks), "memory_bw_summary.csv")),
     ("stragglers", stragglers),
+    ("critical_path", critical_paths),
 ]:
     try:
         call()
@@ -69,7 +89,10 @@ def ensure_hta(venv: str) -> str:
     py = os.path.join(venv, "bin", "python")
     if not os.path.exists(py) or subprocess.run([py, "-c", "import hta"], capture_output=True).returncode:
         subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-        subprocess.run([py, "-m", "pip", "install", "-q", "HolisticTraceAnalysis==0.5.0"], check=True)
+        # HTA 0.5.0's critical path fails with pandas 3; numpy as ours (tie order of its sorts)
+        import numpy
+        subprocess.run([py, "-m", "pip", "install", "-q", "HolisticTraceAnalysis==0.5.0", "pandas==2.2.3",
+                        f"numpy=={numpy.__version__}"], check=True)
     return py
 
 
@@ -193,6 +216,16 @@ def compare(hta_dir: str, ours_dir: str) -> list[str]:
                if r["potential_straggler"] == "True"]
         if sorted(want) != sorted(got):
             bad.append(f"potential stragglers: {want} vs {got}")
+    hc = os.path.join(hta_dir, "critical_path.json")
+    if os.path.exists(hc):
+        ours = {r["rank"]: r for r in _rows(os.path.join(ours_dir, "critical_path.csv")) or []}
+        for rank, want in json.load(open(hc)).items():
+            got = ours.get(rank)
+            if "error" in want or got is None:
+                continue  # HTA fails there (documented): ours answers or says why
+            if not close(want["length_us"], got["length_us"], 1e-6) or any(
+                    not close(want["pct"].get(b, 0.0), got[f"{b}_pct"], 0.01) for b in CP_BOUNDS):
+                bad.append(f"critical path rank {rank}: {want} vs {got['length_us']}")
     for f in sorted(os.listdir(hta_dir)):
         if f.startswith("cuda_kernel_launch_stats_rank"):
             check(f, [("correlation", "correlation")],

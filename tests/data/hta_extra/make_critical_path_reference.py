@@ -1,10 +1,11 @@
 """Reference critical paths of HolisticTraceAnalysis 0.5.0 (``critical_path_analysis`` + ``summary``).
 
-HTA 0.5.0's call-graph code needs pandas < 3 and numpy < 2 (with pandas 3.1 it fails: "Cannot specify
-both 'axis' and 'index'/'columns'"), so it runs in its own virtual environment:
+HTA 0.5.0's critical path needs pandas < 3 (with pandas 3.1 it fails: "Cannot specify both 'axis' and
+'index'/'columns'"), so it runs in its own virtual environment (numpy 2.4.6 here; numpy 1.26 gives the
+same files):
 
-    python -m venv /tmp/hta2 && /tmp/hta2/bin/pip install HolisticTraceAnalysis==0.5.0 pandas==2.2.3 'numpy<2'
-    /tmp/hta2/bin/python tests/data/hta_extra/make_critical_path_reference.py ROOT OUT NAME [NAME ...]
+    python -m venv /tmp/hta3 && /tmp/hta3/bin/pip install HolisticTraceAnalysis==0.5.0 pandas==2.2.3
+    /tmp/hta3/bin/python tests/data/hta_extra/make_critical_path_reference.py ROOT OUT NAME [NAME ...]
 
 as run for the committed files (the 8-rank set made first by make_sets.py, into /tmp/built):
 

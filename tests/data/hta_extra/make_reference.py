@@ -30,36 +30,55 @@ def _flat(df):
     return df.reset_index()
 
 
-def run_set(trace_dir: str, out: str) -> None:
-    import hta  # noqa: F401
-    import pandas as pd
-    import plotly.graph_objects as go
-
-    go.Figure.show = lambda self, *a, **k: None  # some analyses show a figure unasked
-    from hta.trace_analysis import TraceAnalysis
-
-    os.makedirs(out, exist_ok=True)
-    steps = []
-
+def step_recorder(steps: list):
+    """step(name, call, fn): run fn, append its call, wall time, peak memory and error (HTA's own
+    failure is part of the reference) to ``steps``; returns the error or None."""
     def step(name, call, fn):
         t0 = time.perf_counter()
         err = None
         try:
             fn()
-        except Exception as exc:  # HTA's own failure is part of the reference
+        except Exception as exc:
             err = f"{exc.__class__.__name__}: {exc}".splitlines()[0][:300]
             traceback.print_exc()
         steps.append({"step": name, "call": call, "wall_s": round(time.perf_counter() - t0, 4), "error": err,
                       "self_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
         return err
+    return step
+
+
+def load_analysis(trace_dir: str, step):
+    """HTA's TraceAnalysis of a folder (None if it fails) and its ranks; no figure is shown."""
+    import plotly.graph_objects as go
+
+    go.Figure.show = lambda self, *a, **k: None  # some analyses show a figure unasked
+    from hta.trace_analysis import TraceAnalysis
 
     holder = {}
     if step("load", f"TraceAnalysis(trace_dir={trace_dir!r})",
             lambda: holder.setdefault("a", TraceAnalysis(trace_dir=trace_dir))):
-        ranks = []
-    else:
-        ranks = sorted(holder["a"].t.traces)
-    a = holder.get("a")
+        return None, []
+    return holder["a"], sorted(holder["a"].t.traces)
+
+
+def write_run_info(out: str, name: str, trace_dir: str, ranks: list, steps: list) -> None:
+    import numpy
+    import pandas as pd
+
+    info = {"trace_dir": trace_dir, "ranks": ranks, "hta_version": "0.5.0", "pandas": pd.__version__,
+            "numpy": numpy.__version__, "python": platform.python_version(), "cpu_count": os.cpu_count(),
+            "steps": steps}
+    with open(os.path.join(out, name), "w") as fh:
+        json.dump(info, fh, indent=1)
+
+
+def run_set(trace_dir: str, out: str) -> None:
+    import pandas as pd
+
+    os.makedirs(out, exist_ok=True)
+    steps: list = []
+    step = step_recorder(steps)
+    a, ranks = load_analysis(trace_dir, step)
 
     def queue():
         s = a.get_queue_length_summary(ranks=ranks)
@@ -122,19 +141,18 @@ def run_set(trace_dir: str, out: str) -> None:
         step("get_gpu_kernels_with_user_annotations", f"get_gpu_kernels_with_user_annotations(rank=r, "
              f"expand_names=True, shortern_names=False) for r in {ranks}", kernels_per_annotation)
         step("get_aten_op_kernels_and_delay", f"get_aten_op_kernels_and_delay(ranks={ranks})", aten)
-    info = {"trace_dir": trace_dir, "ranks": ranks, "hta_version": "0.5.0", "pandas": pd.__version__,
-            "python": platform.python_version(), "cpu_count": os.cpu_count(), "steps": steps}
-    json.dump(info, open(os.path.join(out, "run_info.json"), "w"), indent=1)
+    write_run_info(out, "run_info.json", trace_dir, ranks, steps)
 
 
-def main() -> int:
+def main(run=None) -> int:
+    """Run ``run(trace_dir, out)`` (default: run_set) on every trace set under argv[1]."""
     src, dst = sys.argv[1], sys.argv[2]
     for root, dirs, files in sorted(os.walk(src)):
         dirs.sort()
         if any(f.endswith((".json", ".json.gz")) for f in files):
             rel = os.path.relpath(root, src)
             print(f"== {rel}", flush=True)
-            run_set(root, os.path.join(dst, rel))
+            (run or run_set)(root, os.path.join(dst, rel))
     return 0
 
 

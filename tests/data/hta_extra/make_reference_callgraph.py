@@ -20,14 +20,12 @@ raises on some sets; the error is the reference then).
 """
 import csv
 import hashlib
-import json
 import os
-import platform
-import resource
 import sys
 import tempfile
-import time
-import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_reference import load_analysis, main, step_recorder, write_run_info  # noqa: E402
 
 CALLS = [("ProfilerStep", 3), ("##", 3), ("autograd::engine", 3), ("autograd::engine", 1), ("Optimizer", 3),
          ("aten::", 3), ("aten::mm", 3), ("aten::copy_", 2)]
@@ -37,36 +35,12 @@ MAX_PATTERN_CHARS = 2000
 
 
 def run_set(trace_dir: str, out: str) -> None:
-    import hta  # noqa: F401
-    import pandas as pd
-    import plotly.graph_objects as go
-
-    go.Figure.show = lambda self, *a, **k: None
-    from hta.trace_analysis import TraceAnalysis
-
     os.makedirs(out, exist_ok=True)
-    steps, rows = [], []
-    scratch = tempfile.mkdtemp(prefix="hta-overlaid-")
-
-    def step(name, call, fn):
-        t0 = time.perf_counter()
-        err = None
-        try:
-            fn()
-        except Exception as exc:  # HTA's own failure is part of the reference
-            err = f"{exc.__class__.__name__}: {exc}".splitlines()[0][:300]
-            traceback.print_exc()
-        steps.append({"step": name, "call": call, "wall_s": round(time.perf_counter() - t0, 4), "error": err,
-                      "self_maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss})
-        return err
-
-    holder = {}
-    if step("load", f"TraceAnalysis(trace_dir={trace_dir!r})",
-            lambda: holder.setdefault("a", TraceAnalysis(trace_dir=trace_dir))):
-        ranks = []
-    else:
-        ranks = sorted(holder["a"].t.traces)
-    a = holder.get("a")
+    steps: list = []
+    rows: list = []
+    step = step_recorder(steps)
+    a, ranks = load_analysis(trace_dir, step)
+    scratch = tempfile.mkdtemp(prefix="hta-overlaid-")  # HTA writes its overlaid trace there
 
     def sequences(op, n, r):
         df = a.get_frequent_cuda_kernel_sequences(operator_name=op, output_dir=scratch, min_pattern_len=n,
@@ -91,22 +65,8 @@ def run_set(trace_dir: str, out: str) -> None:
         w = csv.DictWriter(fh, fieldnames=COLUMNS, lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
-    info = {"trace_dir": trace_dir, "ranks": ranks, "hta_version": "0.5.0", "pandas": pd.__version__,
-            "numpy": __import__("numpy").__version__, "python": platform.python_version(),
-            "cpu_count": os.cpu_count(), "steps": steps}
-    json.dump(info, open(os.path.join(out, "kernel_sequences_run_info.json"), "w"), indent=1)
-
-
-def main() -> int:
-    src, dst = sys.argv[1], sys.argv[2]
-    for root, dirs, files in sorted(os.walk(src)):
-        dirs.sort()
-        if any(f.endswith((".json", ".json.gz")) for f in files):
-            rel = os.path.relpath(root, src)
-            print(f"== {rel}", flush=True)
-            run_set(root, os.path.join(dst, rel))
-    return 0
+    write_run_info(out, "kernel_sequences_run_info.json", trace_dir, ranks, steps)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(run_set))
