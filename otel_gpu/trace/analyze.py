@@ -91,7 +91,8 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         aten += [{"rank": v.rank, **row} for row in aten_ops.summarize_instances(instances)]
         aten_ops.group_instances(instances, pooled)
     aten_all = aten_ops.summarize_groups(pooled)
-    paths = [_critical_path(v, opts) for v in views] if opts.critical_path else []
+    paths = critical_path.critical_paths(views, opts.critical_path_annotation, opts.critical_path_instance) \
+        if opts.critical_path else []
     potential = stragglers.potential_stragglers(views, opts.straggler_candidates) if len(views) > 1 else \
         {"ranks": [], "counts": {}, "error": "one rank"}
     cross = cross_rank_summary(views, [t for t in temporal.values() if t])
@@ -134,14 +135,6 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "_launch_pairs": pairs,
         "_views": views,  # for the per-rank time-series CSVs, made when written
     }
-
-
-def _critical_path(v, opts: Options) -> dict:
-    """One rank's critical path summary, or the reason there is none."""
-    try:
-        return critical_path.critical_path(v, opts.critical_path_annotation, opts.critical_path_instance)
-    except critical_path.CriticalPathError as exc:
-        return {"rank": v.rank, "error": str(exc)}
 
 
 def jsonable(doc: dict) -> dict:

@@ -12,8 +12,10 @@ gpu_kernel_kernel_overhead or gpu_kernel_launch_overhead.
 """
 from __future__ import annotations
 
-import sys
+import multiprocessing as mp
+import os
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +31,37 @@ OP_CATS = ("cpu_op", "cuda_runtime", "cuda_driver",
            "Operator", "Runtime")  # the last two: PyTorch 1.8-1.9 traces' names (HTA 0.5.0 fails on those)
 SPAN, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC = range(5)  # edge types
 _COMM = "nccl"  # HTA: a kernel whose name starts with nccl and contains Kernel
+
+
+PARALLEL_MIN_RANKS = 4  # below this one process computes every rank's path
+_shared: dict = {}  # what forked workers read (set before the pool forks)
+
+
+def critical_paths(views: list[RankView], annotation: str = "ProfilerStep", instance: int | None = None,
+                   jobs: int | None = None) -> list[dict]:
+    """Every rank's critical path summary, or ``{"rank", "error"}`` where there is none; ranks are
+    computed in forked worker processes (one per core) when there are several."""
+    jobs = min(len(views), jobs or os.cpu_count() or 1)
+    if jobs <= 1 or len(views) < PARALLEL_MIN_RANKS or "fork" not in mp.get_all_start_methods():
+        return [_one(v, annotation, instance) for v in views]
+    _shared["args"] = (views, annotation, instance)
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+            return list(pool.map(_one_shared, range(len(views)), chunksize=max(1, len(views) // (4 * jobs))))
+    finally:
+        _shared.clear()
+
+
+def _one_shared(i: int) -> dict:
+    views, annotation, instance = _shared["args"]
+    return _one(views[i], annotation, instance)
+
+
+def _one(v: RankView, annotation: str, instance: int | None) -> dict:
+    try:
+        return critical_path(v, annotation, instance)
+    except CriticalPathError as exc:
+        return {"rank": v.rank, "error": str(exc)}
 
 
 class CriticalPathError(Exception):
@@ -71,18 +104,26 @@ def find_window(v: RankView, annotation: str = "ProfilerStep", instance: int | N
 class _Graph:
     """Nodes (event start/end) and weighted edges, in insertion order (ties follow it)."""
 
-    def __init__(self, node_ts: np.ndarray):
+    def __init__(self, node_ts: list[float]):
         self.ts = node_ts
-        self.edges: dict[tuple[int, int], list] = {}  # (u, v) -> [graph weight, own weight, type, event]
+        self.edges: dict[tuple[int, int], tuple] = {}  # (u, v) -> (graph weight, own weight, type, event)
+        self.syncs: list[tuple[int, int]] = []
 
     def add(self, u: int, v: int, kind: int = SPAN, zero: bool = False, event: int | None = None) -> None:
-        w = 0.0 if kind in (DEPENDENCY, SYNC) or zero else float(self.ts[v] - self.ts[u])
-        self.edges[(u, v)] = [max(w, 0.0) if w <= -1 else w, w, kind, event]
+        """An edge; its weight is the time between its nodes (0 for dependencies, syncs and ``zero``);
+        a weight of -1 us or less (rounding) counts 0 for the path, its own value for the summary."""
+        if kind == DEPENDENCY or kind == SYNC or zero:
+            w = 0.0
+            if kind == SYNC:
+                self.syncs.append((u, v))
+        else:
+            w = self.ts[v] - self.ts[u]
+        self.edges[(u, v)] = (0.0 if w <= -1 else w, w, kind, event)
 
     def longest_path(self) -> list[tuple[int, int]]:
-        """Edges of the longest path: a topological order by generations (nodes in id order), each
-        node's best predecessor the first of the largest distance, the path ending at the first
-        node of the largest distance."""
+        """Edges of the longest path: nodes taken in topological order by generations (nodes in id
+        order, successors in edge order), each node's best predecessor the first of the largest
+        distance (negative: none), the path ending at the first node of the largest distance."""
         n = len(self.ts)
         succ: list[list[int]] = [[] for _ in range(n)]
         pred: list[list[tuple[int, float]]] = [[] for _ in range(n)]
@@ -91,38 +132,37 @@ class _Graph:
             succ[u].append(v)
             pred[v].append((u, e[0]))
             indeg[v] += 1
-        order: list[int] = []
-        gen = [i for i in range(n) if indeg[i] == 0]
+        dist = [0.0] * n
+        back = list(range(n))
+        end, end_d, seen = -1, float("-inf"), 0
+        gen = [i for i in range(n) if not indeg[i]]
         while gen:
-            order += gen
+            seen += len(gen)
             nxt = []
-            for u in gen:
-                for v in succ[u]:
-                    indeg[v] -= 1
-                    if indeg[v] == 0:
-                        nxt.append(v)
+            for v in gen:
+                pv = pred[v]
+                if pv:
+                    bu, bd = pv[0][0], dist[pv[0][0]] + pv[0][1]
+                    for u, w in pv:
+                        d = dist[u] + w
+                        if d > bd:
+                            bu, bd = u, d
+                    if bd >= 0:
+                        dist[v], back[v] = bd, bu
+                if dist[v] > end_d:
+                    end, end_d = v, dist[v]
+                for x in succ[v]:
+                    indeg[x] -= 1
+                    if not indeg[x]:
+                        nxt.append(x)
             gen = nxt
-        if len(order) != n:
+        if seen != n:
             raise CriticalPathError("the event graph has a cycle (events overlap in an impossible way)")
-        dist: dict[int, tuple[float, int]] = {}
-        for v in order:
-            best = (0.0, v)
-            first = True
-            for u, w in pred[v]:
-                d = dist[u][0] + w
-                if first or d > best[0]:
-                    best, first = (d, u), False
-            dist[v] = best if best[0] >= 0 else (0.0, v)
-        if not dist:
-            return []
-        v = max(dist, key=lambda x: dist[x][0])
         path = []
-        while True:
-            u = dist[v][1]
-            if u == v:
-                break
-            path.append((u, v))
-            v = u
+        v = end
+        while v >= 0 and back[v] != v:
+            path.append((back[v], v))
+            v = back[v]
         return path[::-1]
 
 
@@ -219,16 +259,19 @@ def critical_path(v: RankView, annotation: str = "ProfilerStep", instance: int |
     m = len(nodes_ev)
     start_node = dict(zip(nodes_ev.tolist(), node_of[:m].tolist()))
     end_node = dict(zip(nodes_ev.tolist(), node_of[m:].tolist()))
-    g = _Graph(all_ts[order])
-    node_event = np.concatenate([nodes_ev, nodes_ev])[order]
-    node_is_start = (order < m)
+    g = _Graph(all_ts[order].tolist())
+    node_event = np.concatenate([nodes_ev, nodes_ev])[order].tolist()
+    node_is_start = (order < m).tolist()
     blocking = set(i for i, n in enumerate(ev.names) if n in BLOCKING_CALLS)
+    is_blocking = dict(zip(nodes_ev.tolist(), np.isin(ev.name[nodes_ev], list(blocking)).tolist()))
 
     def attribute(u: int, w: int, parent: int) -> int:
+        """The event an edge's time belongs to: the start node's event, else the end node's when
+        both are ends, else (end -> start) the enclosing event."""
         if node_is_start[u]:
-            return int(node_event[u])
+            return node_event[u]
         if not node_is_start[w]:
-            return int(node_event[w])
+            return node_event[w]
         return parent
 
     for p in _threads(v, clipped):
@@ -250,14 +293,14 @@ def critical_path(v: RankView, annotation: str = "ProfilerStep", instance: int |
             else:
                 depth -= 1
                 if last is not None:
-                    g.add(last, t, zero=int(ev.name[e]) in blocking, event=attribute(last, t, last_parent))
+                    g.add(last, t, zero=is_blocking[e], event=attribute(last, t, last_parent))
                 if depth == 0:
                     last, last_top = None, t
                 else:
                     last, last_parent = t, parent
     notes = _add_kernels(v, g, clipped, start_node, end_node, node_event, pos_of_index, kept)
-    for (u, w), e in g.edges.items():
-        if e[2] == SYNC and ev.stream[node_event[u]] != -1 and ev.stream[node_event[u]] == ev.stream[node_event[w]]:
+    for u, w in g.syncs:
+        if ev.stream[node_event[u]] != -1 and ev.stream[node_event[u]] == ev.stream[node_event[w]]:
             raise CriticalPathError("a sync edge joins two kernels of one stream (the trace's sync events "
                                     "do not match its kernels)")
     path = g.longest_path()
@@ -332,7 +375,7 @@ def _add_kernels(v, g: _Graph, clipped, start_node, end_node, node_event, pos_of
             else:
                 skipped += 1
         elif prev is not None and (sync_end is None or g.ts[sync_end] < g.ts[prev]):
-            g.add(prev, s, KERNEL_GAP, event=int(node_event[prev]))  # the gap belongs to the earlier kernel
+            g.add(prev, s, KERNEL_GAP, event=node_event[prev])  # the gap belongs to the earlier kernel
         last[stream] = t
     if skipped:
         notes.append(f"{skipped} kernels launched from outside the window have no launch edge (HTA stops here)")

@@ -128,3 +128,12 @@ def test_any_trace_gives_a_consistent_path_or_a_clear_error(tmp_path, launches):
         assert sum(got[f"{b}_pct"] for b in cp.BOUNDS) == pytest.approx(100)
     else:
         assert all(math.isnan(got[f"{b}_pct"]) for b in cp.BOUNDS)
+
+
+@needs_traces
+def test_worker_processes_give_the_same_paths(tmp_path_factory):
+    ts = trace_set(REFS / "built" / "sampled_8rank_skewed" / "critical_path.json", tmp_path_factory)
+    views = list(ts.ranks.values())
+    one = cp.critical_paths(views, jobs=1)
+    assert cp.critical_paths(views, jobs=2) == one
+    assert [p["rank"] for p in one] == sorted(ts.ranks)
