@@ -34,15 +34,21 @@ def _ranks(text: str) -> list[int]:
     return sorted(out)
 
 
-def _count(text: str) -> int:
-    """A positive integer flag (1 to 1,000,000)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
-    if not 1 <= n <= 1_000_000:
-        raise argparse.ArgumentTypeError(f"must be 1 to 1000000, got {n}")
-    return n
+def _int_in(lo: int, hi: int = 1_000_000):
+    """A flag parser for an integer from ``lo`` to ``hi``."""
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"must be {lo} to {hi}, got {n}")
+        return n
+    return parse
+
+
+_count = _int_in(1)  # a positive count
+_index = _int_in(0)  # a position from 0
 
 
 def _micros(text: str) -> float:
@@ -87,17 +93,6 @@ def _operator(text: str) -> str:
         raise argparse.ArgumentTypeError(f"need a non-empty operator name of one line, at most {MAX_OPERATOR_CHARS} "
                                          f"characters (e.g. ProfilerStep, autograd::engine), got {text[:40]!r}")
     return text
-
-
-def _index(text: str) -> int:
-    """A position from 0 (0 to 1,000,000)."""
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text[:40]!r}") from None
-    if not 0 <= n <= 1_000_000:
-        raise argparse.ArgumentTypeError(f"must be 0 to 1000000, got {n}")
-    return n
 
 
 def _annotation(text: str) -> str:
