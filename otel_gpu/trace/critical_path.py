@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .counters import LAUNCH_CALLS, queue_length_at_events
+from .counters import queue_length_at_events
+from .cp_graph import DEPENDENCY, KERNEL_GAP, LAUNCH, SPAN, SYNC, CriticalPathError, Graph
+from .event_sync import event_links
 from .model import RankView
 
 BOUNDS = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_kernel_overhead",
@@ -29,7 +31,6 @@ BLOCKING_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQu
                   "cudaMemcpy", "cudaMemcpyAsync")
 OP_CATS = ("cpu_op", "cuda_runtime", "cuda_driver",
            "Operator", "Runtime")  # the last two: PyTorch 1.8-1.9 traces' names (HTA 0.5.0 fails on those)
-SPAN, DEPENDENCY, LAUNCH, KERNEL_GAP, SYNC = range(5)  # edge types
 _COMM = "nccl"  # HTA: a kernel whose name starts with nccl and contains Kernel
 
 
@@ -64,10 +65,6 @@ def _one(v: RankView, annotation: str, instance: int | None) -> dict:
         return {"rank": v.rank, "error": str(exc)}
 
 
-class CriticalPathError(Exception):
-    """The rank's graph cannot give a critical path (HTA raises or returns nothing here)."""
-
-
 @dataclass
 class Window:
     """The part of the trace analysed: events of the CPU that start in [start, end] (us)."""
@@ -99,71 +96,6 @@ def find_window(v: RankView, annotation: str = "ProfilerStep", instance: int | N
     t0 = float(ev.ts[r] - v.ts0)
     return Window(t0, t0 + float(ev.dur[r]), f"{annotation} instance {k} of {len(ann)} ({ev.names[ev.name[r]]})",
                   annotation, k)
-
-
-class _Graph:
-    """Nodes (event start/end) and weighted edges, in insertion order (ties follow it)."""
-
-    def __init__(self, node_ts: list[float]):
-        self.ts = node_ts
-        self.edges: dict[tuple[int, int], tuple] = {}  # (u, v) -> (graph weight, own weight, type, event)
-        self.syncs: list[tuple[int, int]] = []
-
-    def add(self, u: int, v: int, kind: int = SPAN, zero: bool = False, event: int | None = None) -> None:
-        """An edge; its weight is the time between its nodes (0 for dependencies, syncs and ``zero``);
-        a weight of -1 us or less (rounding) counts 0 for the path, its own value for the summary."""
-        if kind == DEPENDENCY or kind == SYNC or zero:
-            w = 0.0
-            if kind == SYNC:
-                self.syncs.append((u, v))
-        else:
-            w = self.ts[v] - self.ts[u]
-        self.edges[(u, v)] = (0.0 if w <= -1 else w, w, kind, event)
-
-    def longest_path(self) -> list[tuple[int, int]]:
-        """Edges of the longest path: nodes taken in topological order by generations (nodes in id
-        order, successors in edge order), each node's best predecessor the first of the largest
-        distance (negative: none), the path ending at the first node of the largest distance."""
-        n = len(self.ts)
-        succ: list[list[int]] = [[] for _ in range(n)]
-        pred: list[list[tuple[int, float]]] = [[] for _ in range(n)]
-        indeg = [0] * n
-        for (u, v), e in self.edges.items():
-            succ[u].append(v)
-            pred[v].append((u, e[0]))
-            indeg[v] += 1
-        dist = [0.0] * n
-        back = list(range(n))
-        end, end_d, seen = -1, float("-inf"), 0
-        gen = [i for i in range(n) if not indeg[i]]
-        while gen:
-            seen += len(gen)
-            nxt = []
-            for v in gen:
-                pv = pred[v]
-                if pv:
-                    bu, bd = pv[0][0], dist[pv[0][0]] + pv[0][1]
-                    for u, w in pv:
-                        d = dist[u] + w
-                        if d > bd:
-                            bu, bd = u, d
-                    if bd >= 0:
-                        dist[v], back[v] = bd, bu
-                if dist[v] > end_d:
-                    end, end_d = v, dist[v]
-                for x in succ[v]:
-                    indeg[x] -= 1
-                    if not indeg[x]:
-                        nxt.append(x)
-            gen = nxt
-        if seen != n:
-            raise CriticalPathError("the event graph has a cycle (events overlap in an impossible way)")
-        path = []
-        v = end
-        while v >= 0 and back[v] != v:
-            path.append((back[v], v))
-            v = back[v]
-        return path[::-1]
 
 
 def _clip(v: RankView, win: Window, pos: np.ndarray, pos_of_index) -> np.ndarray:
@@ -259,7 +191,7 @@ def critical_path(v: RankView, annotation: str = "ProfilerStep", instance: int |
     m = len(nodes_ev)
     start_node = dict(zip(nodes_ev.tolist(), node_of[:m].tolist()))
     end_node = dict(zip(nodes_ev.tolist(), node_of[m:].tolist()))
-    g = _Graph(all_ts[order].tolist())
+    g = Graph(all_ts[order].tolist())
     node_event = np.concatenate([nodes_ev, nodes_ev])[order].tolist()
     node_is_start = (order < m).tolist()
     blocking = set(i for i, n in enumerate(ev.names) if n in BLOCKING_CALLS)
@@ -307,7 +239,7 @@ def critical_path(v: RankView, annotation: str = "ProfilerStep", instance: int |
     return _summary(v, win, g, path, node_event, notes)
 
 
-def _add_kernels(v, g: _Graph, clipped, start_node, end_node, node_event, pos_of_index, kept) -> list[str]:
+def _add_kernels(v, g: Graph, clipped, start_node, end_node, node_event, pos_of_index, kept) -> list[str]:
     """Kernel spans, launch delays, kernel-kernel gaps and sync edges; returns notes."""
     ev = v.ev
     names = ev.names
@@ -326,7 +258,7 @@ def _add_kernels(v, g: _Graph, clipped, start_node, end_node, node_event, pos_of
     sort_by = np.where(ev.cat[sel] == sync_cat, ts + ev.dur[sel], ts)
     sel = sel[sort_by.argsort(kind="quicksort")]
     queue = queue_length_at_events(v)
-    prev_launch, next_launch = _event_links(v, pos_of_index, kept)
+    prev_launch, next_launch = event_links(v, pos_of_index, kept)
     last: dict[int, int] = {}  # stream -> end node of its last kernel
     kernel_sync: dict[int, int] = {}  # kernel event -> event of the kernel it waits for
     skipped = 0
@@ -382,68 +314,6 @@ def _add_kernels(v, g: _Graph, clipped, start_node, end_node, node_event, pos_of
     return notes
 
 
-def _event_links(v: RankView, pos_of_index, kept) -> tuple[dict[int, int], dict[int, int]]:
-    """(cudaEventRecord correlation -> the last launch call on the event's GPU and stream before the
-    record, cudaStreamWaitEvent call -> the next launch call on its thread and stream), as events."""
-    ev = v.ev
-    sym = {n: i for i, n in enumerate(ev.names)}
-    pos = np.flatnonzero(kept)
-    ic = v.index_correlation
-    pid = np.array([ev.threads[c][0] for c in ev.thread[pos].tolist()], dtype=object)
-    tid = np.array([ev.threads[c][1] for c in ev.thread[pos].tolist()], dtype=object)
-    calls = pos[np.isin(ev.name[pos], [sym[n] for n in LAUNCH_CALLS if n in sym]) & (ic[pos] > 0)]
-    calls = calls[(ev.ts[calls]).argsort(kind="quicksort")]
-    kernel = pos_of_index(ic[calls])
-    ok = (kernel >= 0)
-    ok[ok] &= (ev.stream[kernel[ok]] != -1) & (ic[kernel[ok]] > 0)
-    calls, kernel = calls[ok], kernel[ok]
-    k_stream = ev.stream[kernel].astype(np.int64)
-    k_gpu = [ev.threads[c][0] for c in ev.thread[kernel].tolist()]
-    prev: dict[int, int] = {}
-    streams = {}
-    for e, (ws, corr) in ev.sync_args.items():
-        p = int(pos_of_index(np.array([e]))[0])
-        if ws > -1 and p >= 0 and kept[p]:
-            streams.setdefault(corr, (ev.threads[ev.thread[p]][0], ws))
-    record = sym.get("cudaEventRecord")
-    if record is not None and streams:
-        recs = pos[ev.name[pos] == record]
-        recs = recs[[int(ev.correlation[r]) in streams for r in recs.tolist()]]
-        recs = recs[ev.ts[recs].argsort(kind="quicksort")]
-        allp = np.concatenate([calls, recs])
-        order = (ev.ts[allp]).argsort(kind="quicksort")
-        key = [(g, int(s_)) for g, s_ in zip(k_gpu, k_stream.tolist())] + \
-            [streams[int(ev.correlation[r])] for r in recs.tolist()]
-        latest: dict[tuple, int] = {}
-        for o in order.tolist():
-            if o < len(calls):
-                latest[key[o]] = int(calls[o])
-            elif key[o] in latest:
-                prev[int(ev.correlation[allp[o]])] = latest[key[o]]
-    nxt: dict[int, int] = {}
-    wait = sym.get("cudaStreamWaitEvent")
-    if wait is not None:
-        waits = pos[(ev.name[pos] == wait) & (ic[pos] > 0)]
-        gpu_side = pos_of_index(ic[waits])
-        okw = gpu_side >= 0
-        okw[okw] &= (ev.stream[gpu_side[okw]] != -1) & (ic[gpu_side[okw]] > 0)
-        waits, gpu_side = waits[okw], gpu_side[okw]
-        waits_sorted = (ev.ts[waits]).argsort(kind="quicksort")
-        waits, gpu_side = waits[waits_sorted], gpu_side[waits_sorted]
-        th = {int(p): (pid_, tid_) for p, pid_, tid_ in zip(pos.tolist(), pid, tid)}
-        allp = np.concatenate([calls, waits])
-        streams_all = np.concatenate([k_stream, ev.stream[gpu_side].astype(np.int64)])
-        order = (ev.ts[allp]).argsort(kind="quicksort")
-        upcoming: dict[tuple, int] = {}
-        for o in order[::-1].tolist():
-            key = (*th[int(allp[o])], int(streams_all[o]))
-            if o < len(calls):
-                upcoming[key] = int(calls[o])
-            elif key in upcoming:
-                nxt[int(allp[o])] = upcoming[key]
-    return prev, nxt
-
-
 def _bound(v: RankView, kind: int, event: int | None) -> str:
     if kind == KERNEL_GAP:
         return "gpu_kernel_kernel_overhead"
@@ -457,7 +327,7 @@ def _bound(v: RankView, kind: int, event: int | None) -> str:
     return "gpu_communication_bound" if name.startswith(_COMM) and "Kernel" in name else "gpu_compute_bound"
 
 
-def _summary(v: RankView, win: Window, g: _Graph, path, node_event, notes: list[str], top: int = 5) -> dict:
+def _summary(v: RankView, win: Window, g: Graph, path, node_event, notes: list[str], top: int = 5) -> dict:
     us = dict.fromkeys(BOUNDS, 0.0)
     by_event: dict[str, list] = {}
     total = 0.0

@@ -80,7 +80,7 @@ class Collector:
         self.clamped: dict[str, int] = {}
         self.annotation_tid: dict[int, object] = {}  # event position -> tid of GPU user annotations
         self.thread = array("i")  # per kept event: code into ``threads``
-        self.threads: dict[tuple, int] = {}  # (pid, tid) as found in the file -> code, first seen first
+        self.threads: dict[tuple, int] = {}  # (pid, tid) as found in the file (int or str) -> code
         self.sync_args: dict[int, tuple] = {}  # event position -> (wait_on_stream, wait_on_cuda_event_record_corr_id)
         self.add, self.add_struct = self._make_add()
 
