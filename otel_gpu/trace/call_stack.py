@@ -209,22 +209,20 @@ def _link_backward(v, parent, node, thread, threads, gpu_thread, th_present, roo
             break
     else:
         return
-    root = root_of_thread[bwd_t]
     ts = ev.ts
     end = ts + dur
+    top = np.flatnonzero((parent == ROOT) & node & (root_of_thread[thread] == root_of_thread[bwd_t]))
     for a in annos.tolist():
         if not node[a]:
             notes.append("a backward annotation is not a CPU op: backward thread left unlinked (HTA raises)")
             return
-        top = np.flatnonzero((parent == ROOT) & node & (root_of_thread[thread] == root))
-        if not len(top):
+        moved = (ts[top] >= ts[a]) & (end[top] <= end[a]) & (top != a)
+        if not moved.any():
             continue
-        inside = top[(ts[top] >= ts[a]) & (end[top] <= end[a]) & (top != a)]
-        if not len(inside):
-            continue
-        parent[inside] = a
-        if len(inside) == len(top):  # HTA deletes the emptied root and goes on from the annotation's root
+        parent[top[moved]] = a
+        top = top[~moved]
+        if not len(top):  # HTA deletes the emptied root and goes on with the annotation's root
             r = a
             while parent[r] >= 0:
                 r = int(parent[r])
-            root = root_of_thread[thread[r]]
+            top = np.flatnonzero((parent == ROOT) & node & (root_of_thread[thread] == root_of_thread[thread[r]]))
