@@ -287,6 +287,8 @@ def _add_kernels(v, g: Graph, clipped, start_node, end_node, node_event, pos_of_
                     if n is not None:
                         g.add(n, end_node[cpu], SYNC)
             continue
+        if e not in start_node:  # a sync-named event outside the cuda_sync category (HTA fails here)
+            continue
         stream = int(ev.stream[e])
         s, t = start_node[e], end_node[e]
         g.add(s, t, event=e)

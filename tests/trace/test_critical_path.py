@@ -137,3 +137,42 @@ def test_worker_processes_give_the_same_paths(tmp_path_factory):
     one = cp.critical_paths(views, jobs=1)
     assert cp.critical_paths(views, jobs=2) == one
     assert [p["rank"] for p in one] == sorted(ts.ranks)
+
+
+_SYNC_KINDS = [("Stream Sync", "cudaStreamSynchronize", 7), ("Context Sync", "cudaDeviceSynchronize", -1),
+               ("Event Sync", "cudaEventSynchronize", -1), ("Stream Wait Event", "cudaStreamWaitEvent", 20)]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 9_000), st.integers(0, 2000), st.integers(1, 1500),
+                          st.sampled_from([7, 8, 20])), max_size=15),
+       st.lists(st.tuples(st.integers(0, 9_500), st.integers(0, 3), st.integers(1, 900),
+                          st.integers(-1, 25), st.integers(0, 40), st.booleans()), max_size=8))
+def test_any_sync_mix_gives_a_path_or_a_clear_error(tmp_path, launches, syncs):
+    """Syncs of every kind at any time, waiting on any stream and on records that may not exist."""
+    b = Builder()
+    b.cpu("ProfilerStep#1", 1000, 10_000, cat="user_annotation")
+    b.cpu("ProfilerStep#2", 11_000, 100, cat="user_annotation")
+    records = []
+    for cpu_ts, delay, dur, stream in sorted(launches):
+        b.launch("aten::mm", "gemm", 1000 + cpu_ts, 1000 + cpu_ts + delay, dur, stream=stream)
+        records.append(b.runtime("cudaEventRecord", 1000 + cpu_ts + 9, 1, b.cpu("record", 1000 + cpu_ts + 8, 3)))
+    for ts, kind, dur, wait_stream, rec, gpu_side in syncs:
+        name, call, stream = _SYNC_KINDS[kind]
+        ext = b.cpu("sync_op", 1000 + ts, dur + 2)
+        corr = b.runtime(call, 1000 + ts + 1, dur, ext)
+        if gpu_side:
+            args = {"stream": stream, "correlation": corr, "wait_on_stream": wait_stream,
+                    "wait_on_cuda_event_record_corr_id": records[rec % len(records)] if records else rec}
+            b.events.append({"ph": "X", "cat": "cuda_sync", "name": name, "pid": 0, "tid": max(stream, 0),
+                             "ts": 1000 + ts + 1, "dur": max(dur - 1, 0), "args": args})
+    d = tmp_path / "s"
+    d.mkdir(exist_ok=True)
+    b.write(str(d / "rank0.json"))
+    v = load_set(str(d), include_last_step=True).ranks[0]
+    try:
+        got = cp.critical_path(v, "ProfilerStep", 0)
+    except cp.CriticalPathError as exc:
+        assert str(exc) and "\n" not in str(exc)
+        return
+    assert got["length_us"] == pytest.approx(sum(got[f"{b_}_us"] for b_ in cp.BOUNDS))
