@@ -33,6 +33,8 @@ def trace_set(ref: Path, tmp_path_factory):
     if name not in _sets:
         if name == "built/sampled_8rank_skewed":
             path = _module("make_sets").skewed(str(TRACES), str(tmp_path_factory.mktemp("skewed")))
+        elif name.startswith("hta_repo/"):  # real traces from HTA's own tests (tests/data/traces_hta_repo)
+            path = str(ROOT / "tests" / "data" / "traces_hta_repo" / name.split("/", 1)[1])
         elif (CRAFTED / name).is_dir():
             path = str(CRAFTED / name)
         else:
@@ -44,7 +46,8 @@ def trace_set(ref: Path, tmp_path_factory):
 def test_references_cover_every_kind_of_set():
     names = {str(p.parent.relative_to(REFS)) for p in REF_FILES}
     assert {"hta_sampled_2rank", "hta_ns_resolution_single_rank", "built/sampled_8rank_skewed",
-            "sync_2stream", "edge_cases/kineto_tb_plugin_resnet50"} <= names
+            "sync_2stream", "edge_cases/kineto_tb_plugin_resnet50", "hta_repo/cuda_event_sync",
+            "hta_repo/cuda_event_sync_multi_stream"} <= names
 
 
 @needs_traces

@@ -14,6 +14,8 @@ as run for the committed files (the 8-rank set made first by make_sets.py, into 
         edge_cases/kineto_tb_plugin_resnet50 edge_cases/hta_cpu_only_gloo
     make_critical_path_reference.py /tmp/built tests/data/hta_extra/built sampled_8rank_skewed
     make_critical_path_reference.py tests/data/hta_extra/crafted tests/data/hta_extra sync_2stream
+    make_critical_path_reference.py tests/data/traces_hta_repo tests/data/hta_extra/hta_repo cuda_event_sync \
+        cuda_event_sync_multi_stream triton_example
 
 For each set ROOT/NAME it writes OUT/NAME/critical_path.json: per rank and window (annotation "ProfilerStep",
 instances 0 and 1 when there are two; the whole trace when the trace has no ProfilerStep), HTA's
