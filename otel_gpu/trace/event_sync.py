@@ -14,10 +14,17 @@ def event_links(v: RankView, pos_of_index, kept) -> tuple[dict[int, int], dict[i
     record, cudaStreamWaitEvent call -> the next launch call on its thread and stream), as events."""
     ev = v.ev
     sym = {n: i for i, n in enumerate(ev.names)}
+    record, wait = sym.get("cudaEventRecord"), sym.get("cudaStreamWaitEvent")
+    streams: dict[int, tuple] = {}  # recorded event's correlation -> (GPU, stream) it was recorded on
+    if record is not None and ev.sync_args:
+        sync_pos = pos_of_index(np.fromiter(ev.sync_args, dtype=np.int64, count=len(ev.sync_args)))
+        for p, (ws, corr) in zip(sync_pos.tolist(), ev.sync_args.values()):
+            if ws > -1 and p >= 0 and kept[p]:
+                streams.setdefault(corr, (ev.threads[ev.thread[p]][0], ws))
+    if not streams and wait is None:
+        return {}, {}
     pos = np.flatnonzero(kept)
     ic = v.index_correlation
-    pid = np.array([ev.threads[c][0] for c in ev.thread[pos].tolist()], dtype=object)
-    tid = np.array([ev.threads[c][1] for c in ev.thread[pos].tolist()], dtype=object)
     calls = pos[np.isin(ev.name[pos], [sym[n] for n in LAUNCH_CALLS if n in sym]) & (ic[pos] > 0)]
     calls = calls[(ev.ts[calls]).argsort(kind="quicksort")]
     kernel = pos_of_index(ic[calls])
@@ -25,21 +32,14 @@ def event_links(v: RankView, pos_of_index, kept) -> tuple[dict[int, int], dict[i
     ok[ok] &= (ev.stream[kernel[ok]] != -1) & (ic[kernel[ok]] > 0)
     calls, kernel = calls[ok], kernel[ok]
     k_stream = ev.stream[kernel].astype(np.int64)
-    k_gpu = [ev.threads[c][0] for c in ev.thread[kernel].tolist()]
     prev: dict[int, int] = {}
-    streams = {}
-    for e, (ws, corr) in ev.sync_args.items():
-        p = int(pos_of_index(np.array([e]))[0])
-        if ws > -1 and p >= 0 and kept[p]:
-            streams.setdefault(corr, (ev.threads[ev.thread[p]][0], ws))
-    record = sym.get("cudaEventRecord")
-    if record is not None and streams:
+    if streams:
         recs = pos[ev.name[pos] == record]
         recs = recs[[int(ev.correlation[r]) in streams for r in recs.tolist()]]
         recs = recs[ev.ts[recs].argsort(kind="quicksort")]
         allp = np.concatenate([calls, recs])
         order = (ev.ts[allp]).argsort(kind="quicksort")
-        key = [(g, int(s_)) for g, s_ in zip(k_gpu, k_stream.tolist())] + \
+        key = [(ev.threads[c][0], s_) for c, s_ in zip(ev.thread[kernel].tolist(), k_stream.tolist())] + \
             [streams[int(ev.correlation[r])] for r in recs.tolist()]
         latest: dict[tuple, int] = {}
         for o in order.tolist():
@@ -48,7 +48,6 @@ def event_links(v: RankView, pos_of_index, kept) -> tuple[dict[int, int], dict[i
             elif key[o] in latest:
                 prev[int(ev.correlation[allp[o]])] = latest[key[o]]
     nxt: dict[int, int] = {}
-    wait = sym.get("cudaStreamWaitEvent")
     if wait is not None:
         waits = pos[(ev.name[pos] == wait) & (ic[pos] > 0)]
         gpu_side = pos_of_index(ic[waits])
@@ -57,13 +56,13 @@ def event_links(v: RankView, pos_of_index, kept) -> tuple[dict[int, int], dict[i
         waits, gpu_side = waits[okw], gpu_side[okw]
         waits_sorted = (ev.ts[waits]).argsort(kind="quicksort")
         waits, gpu_side = waits[waits_sorted], gpu_side[waits_sorted]
-        th = {int(p): (pid_, tid_) for p, pid_, tid_ in zip(pos.tolist(), pid, tid)}
         allp = np.concatenate([calls, waits])
-        streams_all = np.concatenate([k_stream, ev.stream[gpu_side].astype(np.int64)])
+        streams_all = np.concatenate([k_stream, ev.stream[gpu_side].astype(np.int64)]).tolist()
+        thread = ev.thread[allp].tolist()  # a (pid, tid) code: the call's thread
         order = (ev.ts[allp]).argsort(kind="quicksort")
         upcoming: dict[tuple, int] = {}
         for o in order[::-1].tolist():
-            key = (*th[int(allp[o])], int(streams_all[o]))
+            key = (thread[o], streams_all[o])
             if o < len(calls):
                 upcoming[key] = int(calls[o])
             elif key in upcoming:
