@@ -28,8 +28,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CP_BOUNDS = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_kernel_overhead",
-             "gpu_kernel_launch_overhead")
+sys.path.insert(0, ROOT)
+from otel_gpu.trace.critical_path import BOUNDS as CP_BOUNDS  # noqa: E402
 STDLIB_JSON = False
 TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else shutil.which("time")
 HTA_SCRIPT = r"""

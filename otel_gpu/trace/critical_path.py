@@ -23,7 +23,7 @@ import numpy as np
 from .counters import queue_length_at_events
 from .cp_graph import DEPENDENCY, KERNEL_GAP, LAUNCH, SPAN, SYNC, CriticalPathError, Graph
 from .event_sync import event_links
-from .model import RankView
+from .model import COMMUNICATION, RankView, kernel_type
 
 BOUNDS = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_kernel_overhead",
           "gpu_kernel_launch_overhead")
@@ -31,7 +31,6 @@ BLOCKING_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventQu
                   "cudaMemcpy", "cudaMemcpyAsync")
 OP_CATS = ("cpu_op", "cuda_runtime", "cuda_driver",
            "Operator", "Runtime")  # the last two: PyTorch 1.8-1.9 traces' names (HTA 0.5.0 fails on those)
-_COMM = "nccl"  # HTA: a kernel whose name starts with nccl and contains Kernel
 
 
 PARALLEL_MIN_RANKS = 4  # below this one process computes every rank's path
@@ -326,7 +325,7 @@ def _bound(v: RankView, kind: int, event: int | None) -> str:
     if event is None or event < 0 or v.ev.stream[event] < 0:
         return "cpu_bound"
     name = v.ev.names[v.ev.name[event]]
-    return "gpu_communication_bound" if name.startswith(_COMM) and "Kernel" in name else "gpu_compute_bound"
+    return "gpu_communication_bound" if kernel_type(name) == COMMUNICATION else "gpu_compute_bound"
 
 
 def _summary(v: RankView, win: Window, g: Graph, path, node_event, notes: list[str], top: int = 5) -> dict:
