@@ -89,7 +89,7 @@ def find_window(v: RankView, annotation: str = "ProfilerStep", instance: int | N
             raise CriticalPathError("no events")
         return Window(float(ts.min()), float(end.max()), "whole trace", "", None)
     k = instance if instance is not None else (1 if len(ann) >= 2 else 0)
-    if k >= len(ann):
+    if not 0 <= k < len(ann):
         raise CriticalPathError(f"instance {k} of {annotation!r} asked, the rank has {len(ann)} (0 to {len(ann) - 1})")
     r = ann[k]
     t0 = float(ev.ts[r] - v.ts0)

@@ -94,6 +94,8 @@ def test_window_choice_and_bad_instance():
     assert cp.find_window(v, "no such annotation").label == "whole trace"
     with pytest.raises(cp.CriticalPathError, match="instance 7 .* has 3"):
         cp.find_window(v, "ProfilerStep", 7)
+    with pytest.raises(cp.CriticalPathError, match="instance -1 .* has 3"):
+        cp.find_window(v, "ProfilerStep", -1)
 
 
 def _random_trace(tmp_path, launches):
