@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from . import fmt
+from . import fmt, gpu_waits
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
 from .model import Window
@@ -72,9 +72,21 @@ def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
     p = w.profile
     profile_note = (f"profiles not checked: {w.profile_error}" if w.profile_error else
                     "profiles not read (pass --pyroscope URL for the waiting functions)" if p is None else "")
+    ranks = [r for r in w.ranks if r.step_count > 0 and r.mean_step_s]
+    bases = {r.collective_basis or "host" for r in ranks if r.collective_s is not None}
+    if ranks and all(r.collective_s is not None for r in ranks):
+        if len(bases) > 1 or "mixed" in bases:
+            return [gpu_waits.mixed_bases("comm", "Communication-bound (collectives, ZeRO fetches)", ranks)]
+        if bases == {"gpu"}:
+            return gpu_waits.comm(w, th, ranks, _link, _action, _bound)
     m = _measured(w)
     if m is None:
         if p is None or p.training_s <= 0:
+            lacking = [r for r in ranks if r.collective_s is None]
+            if lacking and any(r.collective_unmeasured for r in lacking):
+                return [missing_input("comm", "Communication-bound (collectives, ZeRO fetches)",
+                                      "needs each rank's collective time" + gpu_waits.why_unmeasured(lacking)
+                                      + "; or profiles (`--pyroscope URL`)", ["collective-wait metric"])]
             why = ["collective-wait metric"] + ([w.profile_error] if w.profile_error else ["profiles"] if p is None
                                                 else ["training-thread profile samples"])
             return [_not_checked(w, why)]

@@ -44,6 +44,8 @@ def parse_ranks(result: list[Series]) -> list[RankStats]:
                 if x is not None:
                     phases[k[len("phase_"):]] = x
         coll, kinds = _tagged(v, "coll_", "coll0_"), _tagged(v, "collkind_", "collkind0_")
+        bases = {k[len("collbasis_"):] or "host" for k in v if k.startswith("collbasis_") and v[k] is not None}
+        unmeasured = {k[len("collun_"):]: v[k] for k in v if k.startswith("collun_") and v[k]}
         out.append(RankStats(
             rank=rank, host=host, steps=_increase(v, "steps") or 0.0, step_time_s=_increase(v, "step_sum") or 0.0,
             step_count=_increase(v, "step_count") or 0.0, phases=phases,
@@ -51,8 +53,15 @@ def parse_ranks(result: list[Series]) -> list[RankStats]:
             last_t=v.get("t1") if v.get("t1") is not None else v.get("t1m"),
             first_step_s=v.get("first_sum"), started=v.get("steps0") is None,
             collective_s=sum(coll.values()) if coll else None, collective_by_phase=coll,
-            collective_by_kind=kinds, saves=_increase(v, "saves")))
+            collective_by_kind=kinds, collective_basis=basis_of(bases) if coll else "",
+            collective_unmeasured=unmeasured, saves=_increase(v, "saves")))
     return out
+
+
+def basis_of(bases: set[str]) -> str:
+    """The one basis of a rank's collective time ('' on old series counts as host), or "mixed"."""
+    bases = {b or "host" for b in bases}
+    return bases.pop() if len(bases) == 1 else "mixed" if bases else "host"
 
 
 def _tagged(v: dict[str, Any], prefix: str, start_prefix: str) -> dict[str, float]:

@@ -117,6 +117,7 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
     counted = f"sum {by} ({selector(hist, job_sel, '_sum')})"
     last = lambda sel: f"last_over_time({sel}[{W}])"   # noqa: E731
     coll = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel)
+    unmeasured = selector(N.TRAIN_COLLECTIVE_UNMEASURED.prometheus_name(), job_sel)
     ckpt_end = selector(N.TRAIN_CHECKPOINTS.prometheus_name(), job_sel, otelgpu_checkpoint_event="end")
     return union({
         # counter increase = last value - value at the window start (absent: started inside), in Python
@@ -133,6 +134,11 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
         "coll0:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({coll} offset {W})",
         "collkind:otelgpu_collective": f"sum by ({RANK_BY}, otelgpu_collective) ({last(coll)})",
         "collkind0:otelgpu_collective": f"sum by ({RANK_BY}, otelgpu_collective) ({coll} offset {W})",
+        # which basis the rank's collective time has (host-blocked or GPU-timed: never summed together)
+        "collbasis:otelgpu_collective_basis": f"sum by ({RANK_BY}, otelgpu_collective_basis) ({last(coll)})",
+        # collectives not measured, by reason (a process-wide reason is 1 from the start: last value)
+        "collun:otelgpu_collective_unmeasured_reason": f"sum by ({RANK_BY}, otelgpu_collective_unmeasured_reason) "
+                                                       f"({last(unmeasured)})",
         "saves": f"sum {by} ({last(ckpt_end)})",
         "saves0": f"sum {by} ({ckpt_end} offset {W})",
         "n": f"max {by} (count_over_time({steps}[{W}]))",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import statistics
 
-from . import fmt
+from . import fmt, gpu_waits
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
 from .model import RankStats, Window
@@ -72,13 +72,19 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
     ranks = [r for r in w.ranks if r.step_count > 0 and r.mean_step_s]
     if len(ranks) < 2:
         return []
-    unmeasured = [r.rank for r in ranks if r.collective_s is None]
+    unmeasured = [r for r in ranks if r.collective_s is None]
     if unmeasured:
         return [missing_input(
             "straggler", "Stragglers",
-            "needs each rank's time blocked in collectives (otelgpu.train.collective.time): run the job under "
+            "needs each rank's time in collectives (otelgpu.train.collective.time): run the job under "
             "`otel-gpu run` or `opentelemetry-instrument`, or import otel_gpu.training before the loop "
-            f"(missing for rank(s) {fmt.compact(unmeasured)})", ["collective-wait metric"])]
+            f"(missing for rank(s) {fmt.compact([r.rank for r in unmeasured])}{gpu_waits.why_unmeasured(unmeasured)})",
+            ["collective-wait metric"])]
+    bases = {r.collective_basis or "host" for r in ranks}
+    if len(bases) > 1 or "mixed" in bases:
+        return [gpu_waits.mixed_bases("straggler", "Stragglers", ranks)]
+    if bases == {"gpu"}:
+        return gpu_waits.straggler(w, th, ranks, consistency, _causes, _action)
     busy = {r.rank: busy_per_step(r) for r in ranks}
     total = {k: sum(v.values()) for k, v in busy.items()}
     wait = {r.rank: r.collective_s / r.step_count for r in ranks}
@@ -164,6 +170,8 @@ def _action(rank: str, host: str, phase: str, causes: list[str]) -> str:
     first = {
         "data_wait": f"rank {rank}'s input pipeline is slower: check its data shard (sizes, decoding cost), its "
                      "DataLoader workers and the storage it reads from",
+        "gpu": f"rank {rank}'s GPU work takes longer: compare its kernels with another rank's in profiler traces "
+               "(`otel-gpu trace analyze` on both) and check its GPU's clocks, power and temperature",
         UNPHASED: f"rank {rank} runs extra code outside the training phases (logging, metrics, host syncs, "
                   "rank-0-only work): profile it (`otel-gpu run --pyroscope`) and move that work off the step",
     }.get(phase, f"compare rank {rank}'s {phase} with the others' in a profiler trace (`otel-gpu trace analyze`)")

@@ -18,7 +18,7 @@ from .. import names as N
 from ..diagnose import profiles as P
 from ..diagnose.queries import THROTTLE_REASONS, TIMELINE_PHASES
 from ..diagnose.model import DiagnoseError, GpuStats, NodeStats, RankStats, Timeline, Window
-from ..diagnose.parse import estimate_interval, node_stats, occupancy, pair_saves
+from ..diagnose.parse import basis_of, estimate_interval, node_stats, occupancy, pair_saves
 from ..diagnose.window import resolution
 from .reader import Recording, Series, Summary
 
@@ -49,6 +49,7 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
     phases = _group(rec.summaries(N.TRAIN_PHASE_TIME.name, start, end), by)
     coll = _group(rec.summaries(N.TRAIN_COLLECTIVE_TIME.name, start, end), by)
     ckpt = _group(rec.summaries(N.TRAIN_CHECKPOINTS.name, start, end), by)
+    unmeasured = _group(rec.summaries(N.TRAIN_COLLECTIVE_UNMEASURED.name, start, end), by)
     save_ranges = save_ranges_of(rec, start, end) if ckpt else {}
     out = []
     for key, ss in steps.items():
@@ -62,9 +63,13 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
                     and (s.metric == N.TRAIN_STEP_DURATION.name or s.get(N.PHASE) in ("checkpoint", "eval"))]
         by_phase: dict[str, float] = defaultdict(float)
         by_kind: dict[str, float] = defaultdict(float)
-        for s, st in coll.get(key, []):   # seconds blocked in collectives, by phase and by kind
+        for s, st in coll.get(key, []):   # seconds in collectives, by phase and by kind
             by_phase[s.get(N.PHASE)] += st.last
             by_kind[s.get(N.COLLECTIVE)] += st.last
+        bases = {s.get(N.COLLECTIVE_BASIS) for s, _ in coll.get(key, [])}
+        lost: dict[str, float] = defaultdict(float)
+        for s, st in unmeasured.get(key, []):
+            lost[s.get(N.UNMEASURED_REASON)] += st.last
         ends = [st.last for s, st in ckpt.get(key, []) if s.get(N.CHECKPOINT_EVENT) == "end"]
         out.append(RankStats(
             rank=rank, host=host, steps=sum(st.last for _, st in ss),
@@ -73,7 +78,8 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
             phases=dict(ph), samples=max(st.n for _, st in ss), first_t=first,
             last_t=max(st.last_t for _, st in ss), first_step_s=sum(at_first), started=True,
             collective_s=sum(by_phase.values()) if key in coll else None, collective_by_phase=dict(by_phase),
-            collective_by_kind=dict(by_kind), saves=sum(ends) if ends else None,
+            collective_by_kind=dict(by_kind), collective_basis=basis_of(bases) if key in coll else "",
+            collective_unmeasured={k: v for k, v in lost.items() if v}, saves=sum(ends) if ends else None,
             save_ranges=save_ranges.get(key, [])))
     return sorted(out, key=lambda r: (int(r.rank) if r.rank.isdigit() else 1 << 30, r.rank, r.host))
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.util
 import logging
+import os
 import sys
 import threading
 from typing import Callable
@@ -18,7 +19,8 @@ log = logging.getLogger("otel_gpu.training")
 
 
 def _torch(module) -> None:
-    from . import collectives, torch_hooks
+    from . import collectives, gpu_collectives, torch_hooks
+    gpu_collectives.prepare_env(os.environ)   # before any NCCL process group exists
     torch_hooks.install()
     collectives.install()
 

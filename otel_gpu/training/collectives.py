@@ -9,9 +9,10 @@ What is measured (host wall clock, on the thread that blocks), inside counted st
   hook that does what DDP does without one (divide by the world size, all-reduce).
 A synchronous call waits on its own Work inside, and some collectives call others: nested calls count once.
 
-With NCCL (CUDA) the calls and `Work.wait()` return at once: the GPU stream waits, not the host.
-Host timing would report near-zero waits there, a silent wrong number, so a process whose default
-group is NCCL reports no collective wait at all and the rules say "not checked" (docs/diagnose.md).
+These are exported with `otelgpu.collective.basis="host"`. With NCCL (CUDA) the calls and
+`Work.wait()` return at once: the GPU stream waits, not the host, and host timing would report
+near-zero waits, a silent wrong number. So a process whose default group is NCCL times nothing here
+and starts the Flight Recorder poller instead (gpu_collectives.py: GPU-timed, basis "gpu").
 """
 from __future__ import annotations
 
@@ -58,7 +59,22 @@ def host_blocking() -> bool:
     if not dist.is_initialized():
         return True
     _host_blocking.append("nccl" not in str(dist.get_backend()).lower())
+    if not _host_blocking[0]:
+        _start_gpu_timing()
     return _host_blocking[0]
+
+
+def _start_gpu_timing() -> None:
+    """NCCL: the GPU-timed collective time of every group, from the Flight Recorder (once per process)."""
+    s = session._session
+    if s is None:
+        return
+    from . import gpu_collectives
+    try:
+        gpu_collectives.start(s.sink, lambda: s.sink.first_step_ns)
+    except Exception as exc:   # an unknown torch: train unmeasured rather than fail
+        s.sink.unmeasured(gpu_collectives.NO_RECORDER, 1)
+        log.warning("otel-gpu: NCCL collective time not measured: %r", exc)
 
 
 def _timer():

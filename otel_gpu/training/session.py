@@ -30,7 +30,7 @@ log = logging.getLogger("otel_gpu.training")
 
 TRAINING_SPECS = (names.TRAIN_STEP_DURATION, names.TRAIN_STEPS, names.TRAIN_SAMPLES, names.TRAIN_TOKENS,
                   names.TRAIN_PHASE_TIME, names.TRAIN_CHECKPOINTS, names.TRAIN_COLLECTIVE_TIME,
-                  names.TRAIN_CHECKPOINT_LAST)
+                  names.TRAIN_CHECKPOINT_LAST, names.TRAIN_COLLECTIVE_COUNT, names.TRAIN_COLLECTIVE_UNMEASURED)
 names.register(*TRAINING_SPECS)
 EXIT_TIMEOUT_S = 5.0   # longest the final flush (metrics and profile at once) may hold the exit of a rank
 
@@ -84,7 +84,10 @@ class OtelSink:
         self.phase_s: dict[str, float] = {}
         self.checkpoints = {"start": 0, "end": 0}
         self.checkpoint_last: dict[str, float] = {}            # event -> unix time of the latest
-        self.collective_s: dict[tuple[str, str], float] = {}   # (kind, phase) -> seconds blocked
+        self.collective_s: dict[tuple[str, str, str, str], float] = {}   # (kind, phase, basis, group) -> seconds
+        self.collective_n: dict[tuple[str, str], int] = {}     # GPU-timed: (kind, group) -> collectives
+        self.unmeasured_n: dict[str, int] = {}                 # reason -> collectives not measured
+        self.first_step_ns: int | None = None   # unix ns when the first counted step began
         self._pending: deque[float] = deque()   # step durations not yet in the histogram
         self._duration = meter.create_histogram(names.TRAIN_STEP_DURATION.name, unit="s",
                                                 description=names.TRAIN_STEP_DURATION.description)
@@ -94,13 +97,17 @@ class OtelSink:
                                (names.TRAIN_TOKENS, "{token}", self._observe_tokens),
                                (names.TRAIN_PHASE_TIME, "s", self._observe_phases),
                                (names.TRAIN_CHECKPOINTS, "{event}", self._observe_checkpoints),
-                               (names.TRAIN_COLLECTIVE_TIME, "s", self._observe_collectives)):
+                               (names.TRAIN_COLLECTIVE_TIME, "s", self._observe_collectives),
+                               (names.TRAIN_COLLECTIVE_COUNT, "{collective}", self._observe_collective_counts),
+                               (names.TRAIN_COLLECTIVE_UNMEASURED, "{collective}", self._observe_unmeasured)):
             meter.create_observable_counter(spec.name, [fn], unit=unit, description=spec.description)
         spec = names.TRAIN_CHECKPOINT_LAST
         meter.create_observable_gauge(spec.name, [self._observe_checkpoint_last], unit="s", description=spec.description)
 
     # ---- hot path (training thread) ----
     def step(self, seconds, samples, tokens):
+        if self.first_step_ns is None:
+            self.first_step_ns = time.time_ns() - int(seconds * 1e9)
         self._pending.append(seconds)
         self.steps += 1
         if samples:
@@ -116,8 +123,17 @@ class OtelSink:
         self.checkpoint_last[event] = time.time()
 
     def collective(self, kind, phase, seconds):
-        key = (kind, phase)
+        key = (kind, phase, "host", "")
         self.collective_s[key] = self.collective_s.get(key, 0.0) + seconds
+
+    # ---- GPU-timed collectives (the Flight Recorder poller's thread) ----
+    def collective_gpu(self, kind, group, seconds, count):
+        key = (kind, "", "gpu", group)
+        self.collective_s[key] = self.collective_s.get(key, 0.0) + seconds
+        self.collective_n[(kind, group)] = self.collective_n.get((kind, group), 0) + count
+
+    def unmeasured(self, reason, count):
+        self.unmeasured_n[reason] = self.unmeasured_n.get(reason, 0) + count
 
     # ---- collection (exporter thread) ----
     def _observe_steps(self, options):
@@ -146,8 +162,17 @@ class OtelSink:
         return [Observation(v, {**self.attrs, names.CHECKPOINT_EVENT: k}) for k, v in list(self.checkpoint_last.items())]
 
     def _observe_collectives(self, options):
-        return [Observation(v, {**self.attrs, names.COLLECTIVE: kind, names.PHASE: phase})
-                for (kind, phase), v in list(self.collective_s.items())]
+        return [Observation(v, {**self.attrs, names.COLLECTIVE: kind, names.PHASE: phase,
+                                names.COLLECTIVE_BASIS: basis, names.PROCESS_GROUP: group})
+                for (kind, phase, basis, group), v in list(self.collective_s.items())]
+
+    def _observe_collective_counts(self, options):
+        return [Observation(v, {**self.attrs, names.COLLECTIVE: kind, names.COLLECTIVE_BASIS: "gpu",
+                                names.PROCESS_GROUP: group}) for (kind, group), v in list(self.collective_n.items())]
+
+    def _observe_unmeasured(self, options):
+        return [Observation(v, {**self.attrs, names.UNMEASURED_REASON: reason})
+                for reason, v in list(self.unmeasured_n.items())]
 
 
 class ForkGuard(MetricExporter):
@@ -204,6 +229,8 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        if "otel_gpu.training.gpu_collectives" in sys.modules:   # the last GPU-timed collectives first
+            sys.modules["otel_gpu.training.gpu_collectives"].stop()
         stopper = None
         if self.profiler is not None:
             stopper = threading.Thread(target=self.profiler.shutdown, args=(min(2.0, timeout_s),),
