@@ -22,6 +22,8 @@ MIN_POINTS = 3
 EXPOSURE = ("not measured: a GPU-timed collective runs on its own stream, so its time may be hidden behind "
             "compute (DDP's bucketed all-reduce, ZeRO-3 prefetch) or stall it; what it costs the step lies between "
             "0 and the time shown")
+OVERLAP_NOTE = ("The wait is exact where communication does not overlap compute; where it does, one late arrival "
+                "holds up several overlapped collectives at once and the step loses less: an upper bound there")
 ZERO_WORDS = {"all_gather": "parameter fetch (all-gather)", "reduce_scatter": "gradient reduce (reduce-scatter)",
               "all_reduce": "all-reduce"}
 
@@ -111,14 +113,15 @@ def straggler(w: Window, th: Thresholds, ranks: list[RankStats], consistency, ca
         confidence="high" if points >= MIN_POINTS else "medium",
         seen=f"GPU-timed collective time per step (median step {fmt.secs(step)}): {table}. Rank {name} spends "
              f"{fmt.secs(late)} less per step in collectives than the others' median: they start them and wait for "
-             f"it; {arrived}; {where}"
+             f"it; {arrived}; {where}. {OVERLAP_NOTE}"
              + (f"; on its node: {'; '.join(found)}" if found else "; no hardware anomaly seen on its node"),
         why=f"the other {len(others)} rank(s) wait for it in every collective: about {fmt.gpu_time(lost)} "
             f"({fmt.pct(share)} of the median step)",
         action=action(name, r.host, phase if located else "gpu", found),
         lost_s=lost, lost_share=share,
         basis="GPU-timed collective time per step (NCCL Flight Recorder): each other rank's excess over the least "
-              "(the last arriver's), x steps; a collective's GPU time includes waiting for the last rank",
+              "(the last arriver's), x steps; a collective's GPU time includes waiting for the last rank. Exact when "
+              "collectives do not overlap compute; an upper bound when they do",
         where={"ranks": [name], "nodes": [r.host]},
         evidence={"lateness_s": round(late, 6), "collective_basis": "gpu", "arrived_last_share": round(held, 3),
                   "points": points, "median_step_s": round(step, 6),

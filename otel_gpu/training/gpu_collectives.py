@@ -52,7 +52,8 @@ def prepare_env(env: MutableMapping[str, str]) -> str | None:
     reason they stay off (None when on). Must run before the NCCL process group is created."""
     if env.get("CUDA_DEVICE_MAX_CONNECTIONS", "").strip() == "1":
         return MAX_CONNECTIONS
-    env.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
+    if not env.get("TORCH_NCCL_ENABLE_TIMING", "").strip():   # unset or blank: ours; a user's value stays
+        env["TORCH_NCCL_ENABLE_TIMING"] = "1"
     if not any(env.get(k, "").strip() for k in BUFFER_VARS):   # a user's own size (either name) stays
         env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = BUFFER_SIZE
     if env.get("TORCH_NCCL_ENABLE_TIMING", "").strip().lower() in OFF:

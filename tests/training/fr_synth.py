@@ -76,12 +76,9 @@ def simulate(job: Job) -> Result:
                     "input_sizes": [[1024]], "output_sizes": [[1024 * n]], "thread_id": "1", "thread_name": "python"})
                 rid[r] += 1
         for r in range(n):
-            c[r] = max(c[r], m[r])   # the step ends when its last collective has
-        t_end = max(c)               # the next step starts together (its first collective syncs them anyway)
-        for r in range(n):
-            res.step_s[r].append(t_end - start[r])
+            c[r] = max(c[r], m[r])   # a rank's step ends when its last collective has (no barrier: the next
+            res.step_s[r].append(c[r] - start[r])   # step's first collective waits for a late rank)
             res.coll_s[r].append(coll[r])
-            c[r] = t_end
     return res
 
 
