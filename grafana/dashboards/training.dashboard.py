@@ -16,10 +16,14 @@ def mean_step(sel: str) -> str:
             f"sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_count{{{sel}}}[{RATE}]))")
 
 
+HOST = 'otelgpu_collective_basis!="gpu"'   # host-blocked collective time (gloo; '' on series older than the basis)
+GPU = 'otelgpu_collective_basis="gpu"'     # GPU-timed (NCCL): includes the wait for the last rank, may overlap compute
+
+
 def busy(sel: str) -> str:
-    """Busy seconds per step per rank: step time minus time blocked in collectives, over steps."""
+    """Busy seconds per step per rank: step time minus time blocked in collectives (host basis), over steps."""
     return (f"(sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_sum{{{sel}}}[{RATE}])) - "
-            f"(sum by (otelgpu_rank) (rate(otelgpu_train_collective_time_seconds_total{{{sel}}}[{RATE}])) or "
+            f"(sum by (otelgpu_rank) (rate(otelgpu_train_collective_time_seconds_total{{{sel}, {HOST}}}[{RATE}])) or "
             f"0 * sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_sum{{{sel}}}[{RATE}])))) / "
             f"sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_count{{{sel}}}[{RATE}]))")
 
@@ -70,18 +74,29 @@ lay.add(timeseries(
 
 lay.row("Stragglers")
 lay.add(timeseries(
-    "Busy time per step per rank (not waiting for peers)",
-    "Step time minus the time the rank was blocked in collectives: in synchronous training every rank's step "
+    "Busy time per step per rank (not waiting for peers; host-blocked collectives)",
+    "Step time minus the time the rank was blocked in collectives (gloo; NCCL jobs: the GPU collective time panel): "
+    "in synchronous training every rank's step "
     "lasts as long as the slowest's, so step times cannot name a straggler, busy time can. One line above the "
     "rest all the time is the rank the others wait for (otel-gpu diagnose names it and the phase that grew).",
     [(busy(RANK), "rank {{otelgpu_rank}}")], "s", calcs=("mean", "max"), fill=0), w=12)
 lay.add(timeseries(
-    "Time blocked in collectives per rank, share of wall time",
-    "What every rank waits is communication cost; what one rank waits more than the others is time it waits "
-    "for a straggler.",
-    [(f"sum by (otelgpu_rank) (rate(otelgpu_train_collective_time_seconds_total{{{RANK}}}[{RATE}]))",
-      "rank {{otelgpu_rank}}")],
+    "Time in collectives per rank, share of wall time",
+    "host: the rank's thread blocked (gloo); gpu: the collectives' GPU time (NCCL, waiting for the last rank "
+    "included; it may overlap compute). What every rank spends is communication cost; what one rank spends more "
+    "than the others is time it waits for a straggler. The two bases are never added.",
+    [(f"sum by (otelgpu_rank, otelgpu_collective_basis) "
+      f"(rate(otelgpu_train_collective_time_seconds_total{{{RANK}}}[{RATE}]))",
+      "rank {{otelgpu_rank}} ({{otelgpu_collective_basis}})")],
     "percentunit", calcs=("mean", "max"), fill=0), w=12)
+lay.add(timeseries(
+    "GPU collective time per step per rank (NCCL)",
+    "GPU-timed collective seconds per step: a collective lasts until the last rank has arrived, so the lowest "
+    "line all the time is the rank the others wait for, and the gap to the others is what they wait per step.",
+    [(f"sum by (otelgpu_rank) (rate(otelgpu_train_collective_time_seconds_total{{{RANK}, {GPU}}}[{RATE}])) / "
+      f"sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_count{{{RANK}}}[{RATE}]))",
+      "rank {{otelgpu_rank}}")],
+    "s", calcs=("mean", "min"), fill=0), w=12)
 lay.add(stat(
     "Busiest rank's busy time over the least busy's",
     "How much longer the busiest rank works per step than the least busy one: the others wait about that "

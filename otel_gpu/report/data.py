@@ -20,7 +20,20 @@ from ..record.window import VIRTUAL
 MAX_POINTS = 600          # grid points per plot over the whole run
 MIN_STEP_S = 0.25         # finest grid step: counters are linear between their points, so rates stay exact
 PHASE_ORDER = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
-COLLECTIVE_PREFIX = N.PREFIX + "train.collective"
+COLLECTIVE_TITLES = {   # by the bases present: host-blocked (gloo) and GPU-timed (NCCL) seconds are never added
+    frozenset({"host"}): "Time blocked in collectives per rank (share of wall time; host clock)",
+    frozenset({"gpu"}): "Time in NCCL collectives per rank (share of wall time; GPU-timed, waiting for the last rank "
+                        "included, may overlap compute)",
+    frozenset(): "Time in collectives per rank (share of wall time; host-blocked solid, GPU-timed dashed)",
+}
+UNMEASURED_TEXT = {
+    "timing_off": "NCCL timing was off (TORCH_NCCL_ENABLE_TIMING=0)",
+    "no_flight_recorder": "this torch has no NCCL Flight Recorder, or it was turned off (TORCH_NCCL_TRACE_BUFFER_SIZE=0)",
+    "max_connections_1": "CUDA_DEVICE_MAX_CONNECTIONS=1: timing would serialise communication and compute, so it stayed off",
+    "no_records": "the Flight Recorder stayed empty while steps ran (collectives replayed in CUDA graphs are not recorded)",
+    "dump_failed": "reading the Flight Recorder failed",
+    "ring_overflow": "Flight Recorder records were overwritten between polls",
+}
 MIN_FLAME_SHARE = 0.001   # flame graph frames under this share of their tree's total are left out
 MAX_FLAME_NODES = 1500    # and at most this many frames per rank and phase (the largest kept)
 NO_PHASE = "(no phase)"
@@ -139,12 +152,15 @@ def plots(rec: Recording, start: float, end: float) -> list[dict]:
     out.append(_plot("phases", "Phase shares of wall time, all ranks (stacked)", "share", grid, stack, stacked=True))
 
     coll = []
-    metrics = [m for m in rec.metrics() if m.startswith(COLLECTIVE_PREFIX)]
-    for m in metrics:
-        for (host, rank), ss in _by(rec.series(m), N.HOST, N.RANK).items():
-            label = rank_label(host, rank, hosts) + (f" {m[len(COLLECTIVE_PREFIX) + 1:]}" if len(metrics) > 1 else "")
-            coll.append((label, _sum([_rate(s, grid) for s in ss], n), False))
-    out.append(_plot("collective", "Time blocked in collectives per rank (share of wall time)", "share", grid, coll))
+    by_basis = _by(rec.series(N.TRAIN_COLLECTIVE_TIME.name), N.HOST, N.RANK, N.COLLECTIVE_BASIS)
+    bases = {b or "host" for _, _, b in by_basis}
+    for (host, rank, basis), ss in sorted(by_basis.items(), key=lambda kv: [_num_key(x) for x in kv[0]]):
+        label = rank_label(host, rank, hosts) + (" GPU-timed" if (basis or "host") == "gpu" and len(bases) > 1 else "")
+        coll.append((label, _sum([_rate(s, grid) for s in ss], n), (basis or "host") == "gpu" and len(bases) > 1))
+    plot = _plot("collective", COLLECTIVE_TITLES.get(frozenset(bases), COLLECTIVE_TITLES[frozenset()]), "share", grid, coll)
+    if not coll:
+        plot["empty"] = collective_empty_reason(rec)
+    out.append(plot)
 
     net = []
     multi = len({s.get(N.HOST) for s in rec.series(N.NET_IO.name)}) > 1
@@ -245,3 +261,14 @@ def step_summary(rec: Recording) -> list[dict]:
         out.append({"host": host, "rank": rank, "steps": sum(s.points[-1][1] for s in ss),
                     "median_step_s": median(means) if means else None})
     return out
+
+
+def collective_empty_reason(rec) -> str:
+    """Why the collective plot has no line: the ranks' own reasons, else what it takes to get one."""
+    reasons = sorted({s.get(N.UNMEASURED_REASON) for s in rec.series(N.TRAIN_COLLECTIVE_UNMEASURED.name)})
+    if reasons:
+        return "not measured: " + "; ".join(UNMEASURED_TEXT.get(r, r) for r in reasons)
+    if not rec.series(N.TRAIN_STEPS.name):
+        return "no training steps recorded, so no collective time (it is counted inside steps)"
+    return ("no collective recorded inside the steps: a single process without torch.distributed, or a "
+            "communication library otel-gpu does not time (wrap it in otel_gpu.training.collective)")

@@ -67,7 +67,7 @@ function plots() {
     const div = el("div", { class: "plot", id: "plot-" + p.id, "data-series": p.series.length, "data-points": points },
       el("h3", {}, p.title));
     box.append(div);
-    if (!points) { div.append(el("div", { class: "empty" }, "no data recorded for this plot")); continue; }
+    if (!points) { div.append(el("div", { class: "empty" }, p.empty || "no data recorded for this plot")); continue; }
     const series = p.stacked ? [...p.series].reverse() : p.series;
     const opts = {
       width, height: 230,

@@ -1,5 +1,6 @@
-"""Collective wait per backend: gloo blocks the host (measured); NCCL returns before the GPU waited, so
-nothing is exported (the rules then say "not checked" rather than report near-zero waits)."""
+"""Collective time per backend: gloo blocks the host (host-timed, basis "host"); NCCL returns before the
+GPU has waited, so its collectives are GPU-timed from PyTorch's Flight Recorder (basis "gpu") and must
+agree with the NCCL kernels' time in a profiler trace of the same steps."""
 from __future__ import annotations
 
 import json
@@ -16,21 +17,36 @@ torch = pytest.importorskip("torch", reason="torch not installed (pip install 'o
 JOB = Path(__file__).with_name("collective_job.py")
 
 
-def collective_wait(backend: str) -> dict[str, float]:
+def collective_time(backend: str, *args: str, **env) -> dict:
     env = clean_env(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                    OTELGPU_PROFILE="0")
-    p = subprocess.run([sys.executable, str(JOB), backend], env=env, capture_output=True, text=True, timeout=120)
+                    OTELGPU_PROFILE="0", **env)
+    p = subprocess.run([sys.executable, "-c", "from otel_gpu.training import auto; auto.install(); "
+                        f"import runpy; runpy.run_path({str(JOB)!r}, run_name='__main__')", backend, *args],
+                       env=env, capture_output=True, text=True, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-def test_gloo_collectives_are_timed_by_kind():
-    waits = collective_wait("gloo")
-    assert set(waits) == {"all_reduce|"} and waits["all_reduce|"] > 0   # sync call and async wait, one kind
+def test_gloo_collectives_are_host_timed_by_kind():
+    out = collective_time("gloo")
+    assert set(out["time"]) == {"all_reduce||host|"} and out["time"]["all_reduce||host|"] > 0   # sync and async, one kind
+    assert out["unmeasured"] == {}
 
 
 @pytest.mark.gpu
-def test_nccl_collectives_export_no_host_wait():
+def test_nccl_collectives_are_gpu_timed_and_agree_with_the_profiler():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device (this torch build or machine has none)")
-    assert collective_wait("nccl") == {}
+    out = collective_time("nccl", "--profile")
+    assert out["unmeasured"] == {} and out["steps"] == 20
+    gpu = {k: v for k, v in out["time"].items() if k.split("|")[2] == "gpu"}
+    assert set(gpu) == {"all_reduce||gpu|default_pg"}, out
+    assert gpu["all_reduce||gpu|default_pg"] == pytest.approx(out["nccl_kernels_s"], rel=0.10), out
+
+
+@pytest.mark.gpu
+def test_nccl_with_one_device_connection_says_why_it_is_not_timed():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device (this torch build or machine has none)")
+    out = collective_time("nccl", CUDA_DEVICE_MAX_CONNECTIONS="1")
+    assert out["time"] == {} and out["unmeasured"] == {"max_connections_1": 1}

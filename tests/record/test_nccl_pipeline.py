@@ -103,7 +103,6 @@ def test_straggler_named_from_recording_and_victoriametrics(runs, victoriametric
         assert f.where["ranks"] == [str(case.straggler)], (f.title, f.evidence)
         assert f.evidence["collective_basis"] == "gpu"
         assert f.evidence["lateness_s"] == pytest.approx(EXTRA_MS / 1000, rel=0.2), (f.title, f.evidence)
-    print('\nDBG', case.job, _findings(recorded), [(f.title, f.evidence.get('lateness_s'), f.evidence.get('arrived_last_share'), f.evidence.get('points')) for r in (recorded, served) for f in r.findings if f.rule=='straggler'], [(r.rank, r.steps, r.collective_s, r.collective_by_kind) for r in served.window.ranks])
     assert _findings(recorded) == _findings(served), (recorded.as_dict()["findings"], served.as_dict()["findings"])
     for a, b in zip(recorded.window.ranks, served.window.ranks):
         assert a.steps == b.steps
@@ -121,5 +120,4 @@ def test_clean_run_has_no_straggler(runs, victoriametrics):
         # the ranks' GPU collective time per step is the same within noise
         per_step = [r.collective_s / r.step_count for r in report.window.ranks]
         assert max(per_step) - min(per_step) < 0.2 * statistics.median(per_step), per_step
-    print('\nDBG', case.job, _findings(recorded), [(f.title, f.evidence.get('lateness_s'), f.evidence.get('arrived_last_share'), f.evidence.get('points')) for r in (recorded, served) for f in r.findings if f.rule=='straggler'], [(r.rank, r.steps, r.collective_s, r.collective_by_kind) for r in served.window.ranks])
     assert _findings(recorded) == _findings(served), (recorded.as_dict()["findings"], served.as_dict()["findings"])
