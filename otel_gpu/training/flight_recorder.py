@@ -137,11 +137,15 @@ def _record(e: _Entry) -> Record:
                   created_ns=e.time_created_ns, p2p=e.is_p2p)
 
 
-def parse(data: bytes | str | dict) -> tuple[str, list[Record]]:
+def parse(data: bytes | str | dict, min_id: int | None = None) -> tuple[str, list[Record]]:
     """A dump (JSON text or bytes, pickle bytes, or a decoded dict) -> (format version, records in
-    record-id order); FlightRecorderError with one line naming what is wrong."""
+    record-id order); FlightRecorderError with one line naming what is wrong. With `min_id` (a
+    cursor's `next_id`), records below it are skipped (read before), unless the ids restarted."""
     d = _decode(data)
-    return d.version, sorted((_record(e) for e in d.entries or ()), key=lambda r: r.record_id)
+    entries = d.entries or ()
+    if min_id is not None and entries and max(e.record_id for e in entries) >= min_id - 1:
+        entries = [e for e in entries if e.record_id >= min_id]
+    return d.version, sorted((_record(e) for e in entries), key=lambda r: r.record_id)
 
 
 @dataclass

@@ -138,7 +138,7 @@ class Poller:
         """One dump -> the sink. Before the first step, records are consumed and not reported."""
         t0 = time.perf_counter()
         since = self.since_ns()
-        self.version, recs = fr.parse(self.dump())
+        self.version, recs = fr.parse(self.dump(), min_id=self.cursor.next_id)
         got = self.cursor.update(recs, since_ns=since if since is not None else 1 << 62)
         if since is not None:
             totals: dict[tuple[str, str], list] = {}

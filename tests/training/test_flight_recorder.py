@@ -290,3 +290,18 @@ def test_real_gloo_dumps_parse_the_same_every_way_and_count_as_untimed(tmp_path)
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert out == {"same": True, "n": 15, "kinds": ["all_gather", "all_reduce", "broadcast"], "lost": {fr.UNTIMED: 15},
                    "final": True}
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 50), st.integers(0, 30), st.one_of(st.none(), st.integers(0, 60)))
+def test_property_skipping_read_records_changes_nothing_the_cursor_reports(lo, n, start):
+    """parse(min_id=next_id) is only a shortcut: the cursor reports the same records either way (a ring
+    holds a contiguous range of ids)."""
+    ids = range(lo, lo + n)
+    doc = json.dumps({"entries": [entry(i, dur=None if i % 7 == 0 else 1.0) for i in ids]})
+    a, b = fr.Cursor(), fr.Cursor()
+    if start is not None:
+        warm = json.dumps({"entries": [entry(i) for i in range(start, start + 3)]})
+        a.update(fr.parse(warm)[1])
+        b.update(fr.parse(warm)[1])
+    assert a.update(fr.parse(doc)[1]) == b.update(fr.parse(doc, min_id=b.next_id)[1])
