@@ -173,13 +173,11 @@ def comm(w: Window, th: Thresholds, ranks: list[RankStats], link, action, bound)
     if p is not None and p.training_s > 0:
         functions = "; where, from profiles: " + ", ".join(f"{fn} {fmt.pct(v)}" for fn, v in p.top_comm(4))
     what = "ZeRO-3 communication" if zero else "communication"
-    # exposure is not measured: at most a warning, and the time shown is an upper bound on the cost
-    severity = "warning" if share >= t["wait_share_warning"] else "info"
     return [Finding(
         rule="comm",
         title=f"{what} takes {fmt.pct(share)} of each step on the GPU (NCCL, stragglers' waits taken out)"
               + (f" ({kind}-bound)" if kind != "unknown" else ""),
-        severity=severity, confidence="medium",
+        severity="warning", confidence="medium",   # exposure not measured: an upper bound, at most a warning
         seen=f"the last-arriving rank {least.rank}'s NCCL collectives take {fmt.secs(floor)} of a {fmt.secs(step)} "
              f"step on the GPU ({parts}); the other ranks wait beyond that up to "
              f"{fmt.secs(max(waits.values()))} per step for stragglers (the straggler rule); exposure {EXPOSURE}"

@@ -16,6 +16,7 @@ import numpy as np
 from .. import names as N
 from ..record.reader import Recording, Series
 from ..record.window import VIRTUAL
+from ..diagnose.gpu_waits import REASON_TEXT
 
 MAX_POINTS = 600          # grid points per plot over the whole run
 MIN_STEP_S = 0.25         # finest grid step: counters are linear between their points, so rates stay exact
@@ -25,14 +26,6 @@ COLLECTIVE_TITLES = {   # by the bases present: host-blocked (gloo) and GPU-time
     frozenset({"gpu"}): "Time in NCCL collectives per rank (share of wall time; GPU-timed, waiting for the last rank "
                         "included, may overlap compute)",
     frozenset(): "Time in collectives per rank (share of wall time; host-blocked solid, GPU-timed dashed)",
-}
-UNMEASURED_TEXT = {
-    "timing_off": "NCCL timing was off (TORCH_NCCL_ENABLE_TIMING=0)",
-    "no_flight_recorder": "this torch has no NCCL Flight Recorder, or it was turned off (TORCH_NCCL_TRACE_BUFFER_SIZE=0)",
-    "max_connections_1": "CUDA_DEVICE_MAX_CONNECTIONS=1: timing would serialise communication and compute, so it stayed off",
-    "no_records": "the Flight Recorder stayed empty while steps ran (collectives replayed in CUDA graphs are not recorded)",
-    "dump_failed": "reading the Flight Recorder failed",
-    "ring_overflow": "Flight Recorder records were overwritten between polls",
 }
 MIN_FLAME_SHARE = 0.001   # flame graph frames under this share of their tree's total are left out
 MAX_FLAME_NODES = 1500    # and at most this many frames per rank and phase (the largest kept)
@@ -267,7 +260,7 @@ def collective_empty_reason(rec) -> str:
     """Why the collective plot has no line: the ranks' own reasons, else what it takes to get one."""
     reasons = sorted({s.get(N.UNMEASURED_REASON) for s in rec.series(N.TRAIN_COLLECTIVE_UNMEASURED.name)})
     if reasons:
-        return "not measured: " + "; ".join(UNMEASURED_TEXT.get(r, r) for r in reasons)
+        return "not measured: " + "; ".join(REASON_TEXT.get(r, r) for r in reasons)
     if not rec.series(N.TRAIN_STEPS.name):
         return "no training steps recorded, so no collective time (it is counted inside steps)"
     return ("no collective recorded inside the steps: a single process without torch.distributed, or a "

@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from typing import Callable, MutableMapping, Protocol
 
 from . import flight_recorder as fr
@@ -126,9 +125,6 @@ class Poller:
         self.dump, self.sink, self.since_ns = dump, sink, since_ns
         self.interval_s, self.min_interval_s = interval_s, min_interval_s
         self.cursor = fr.Cursor()
-        self.version = ""
-        self.polls = 0
-        self.poll_s = 0.0          # seconds spent in polls (dump + decode + sink), this thread
         self.error: str | None = None
         self._empty = 0             # polls since the first step that found the ring empty
         self._stop = threading.Event()
@@ -136,9 +132,8 @@ class Poller:
 
     def poll_once(self) -> fr.Poll:
         """One dump -> the sink. Before the first step, records are consumed and not reported."""
-        t0 = time.perf_counter()
         since = self.since_ns()
-        self.version, recs = fr.parse(self.dump(), min_id=self.cursor.next_id)
+        _, recs = fr.parse(self.dump(), min_id=self.cursor.next_id)
         got = self.cursor.update(recs, since_ns=since if since is not None else 1 << 62)
         if since is not None:
             totals: dict[tuple[str, str], list] = {}
@@ -157,8 +152,6 @@ class Poller:
         if fr.OVERFLOW in got.unmeasured and self.interval_s > self.min_interval_s:
             self.interval_s = max(self.min_interval_s, self.interval_s / 2)
             log.info("otel-gpu: the Flight Recorder ring overflowed between polls: polling every %.2f s", self.interval_s)
-        self.polls += 1
-        self.poll_s += time.perf_counter() - t0
         return got
 
     def _run(self) -> None:
