@@ -19,6 +19,8 @@ from ..record.reader import Recording, RecordingError
 from ..record.session import relative
 from ..record.window import recorded_window
 from . import data as rd
+from .flames import flames
+from .steps import step_summary
 from .html import render
 
 REPORT_NAME = "report.html"
@@ -50,7 +52,7 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
         findings = run_rules(recorded_window(rec), thresholds)
     except DiagnoseError as exc:
         note = f"No diagnosis: {exc}"
-    summary = rd.step_summary(rec)
+    summary = step_summary(rec)
     hosts = len({s["host"] for s in summary})
     meta = rec.metas[0]
     status = meta.get("exit_status")
@@ -63,7 +65,7 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
         "summary": [{"label": rd.rank_label(s["host"], s["rank"], hosts), "steps": s["steps"],
                      "median": _fmt_s(s["median_step_s"])} for s in summary],
         "findings": [f.as_dict() for f in findings], "diagnosis_note": note,
-        "plots": rd.plots(rec, start, end), "flames": rd.flames(rec),
+        "plots": rd.plots(rec, start, end), "flames": flames(rec),
     }
     return Built(render(data), findings, summary, rec.job, time.perf_counter() - t0)
 

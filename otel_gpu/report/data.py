@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from statistics import median
 
 import numpy as np
 
@@ -27,9 +26,6 @@ COLLECTIVE_TITLES = {   # by the bases present: host-blocked (gloo) and GPU-time
                         "included, may overlap compute)",
     frozenset(): "Time in collectives per rank (share of wall time; host-blocked solid, GPU-timed dashed)",
 }
-MIN_FLAME_SHARE = 0.001   # flame graph frames under this share of their tree's total are left out
-MAX_FLAME_NODES = 1500    # and at most this many frames per rank and phase (the largest kept)
-NO_PHASE = "(no phase)"
 
 
 def grid_of(start: float, end: float) -> np.ndarray:
@@ -182,77 +178,6 @@ def plots(rec: Recording, start: float, end: float) -> list[dict]:
     for (host,), ss in _by(rec.series(N.MEMORY_UTILIZATION.name), N.HOST).items():
         cpu.append((f"{host + ' ' if multi else ''}memory used", _rows([_interp(s, grid) for s in ss], np.nanmax), True))
     out.append(_plot("cpu_mem", "CPU busy and memory used, per node", "share", grid, cpu))
-    return out
-
-
-# ---- flame graphs ----------------------------------------------------------------------------
-
-def _floor(tree: dict, min_share: float, max_nodes: int) -> float:
-    """The smallest frame total kept: `min_share` of the tree, raised so at most `max_nodes` frames stay
-    (a child never outweighs its parent, so what is kept stays one connected tree)."""
-    values, todo = [], [tree]
-    while todo:
-        node = todo.pop()
-        values.append(node["v"])
-        todo += node["c"].values()
-    floor = tree["v"] * min_share
-    if len(values) > max_nodes:
-        floor = max(floor, sorted(values, reverse=True)[max_nodes - 1])
-    return floor
-
-
-def flames(rec: Recording, min_share: float = MIN_FLAME_SHARE, max_nodes: int = MAX_FLAME_NODES) -> dict:
-    """Per "rank|phase" a flame graph tree `[name index, total value, [children]]` (values in the
-    profile's unit, nanoseconds for pyroscope-io), the smallest frames left out (`_floor`: their
-    time stays in their parent's total); `names` is the shared frame-name table."""
-    trees: dict[str, dict] = {}
-    unit = ""
-    hosts = {labels.get("node", "") for _, _, labels, _ in rec.profile_stacks()}
-    for stack, value, labels, u in rec.profile_stacks():
-        unit = unit or u
-        rank = labels.get("rank", "?")
-        if len(hosts) > 1:
-            rank = f"{labels.get('node', '')} rank {rank}"
-        key = f"{rank}|{labels.get('phase') or NO_PHASE}"
-        node = trees.get(key)
-        if node is None:
-            node = trees[key] = {"v": 0, "c": {}}
-        node["v"] += value
-        for frame in stack:
-            kids = node["c"]
-            node = kids.get(frame)
-            if node is None:
-                node = kids[frame] = {"v": 0, "c": {}}
-            node["v"] += value
-    names: dict[str, int] = {}
-
-    def pack(name: str, node: dict, floor: float) -> list:
-        kept = sorted(((k, c) for k, c in node["c"].items() if c["v"] >= floor), key=lambda kv: -kv[1]["v"])
-        return [names.setdefault(name, len(names)), node["v"], [pack(k, c, floor) for k, c in kept]]
-
-    packed = {k: pack("total", t, _floor(t, min_share, max_nodes)) for k, t in trees.items()}
-    ranks = sorted({k.split("|")[0] for k in packed}, key=_num_key)
-    phases = sorted({k.split("|")[1] for k in packed}, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
-    return {"unit": unit or "nanoseconds", "names": list(names), "ranks": ranks, "phases": phases, "trees": packed}
-
-
-# ---- summary ---------------------------------------------------------------------------------
-
-def step_summary(rec: Recording) -> list[dict]:
-    """Per rank: steps, and the median of the per-export mean step times (s)."""
-    out = []
-    hist = _by(rec.series(N.TRAIN_STEP_DURATION.name), N.HOST, N.RANK)
-    for (host, rank), ss in _by(rec.series(N.TRAIN_STEPS.name), N.HOST, N.RANK).items():
-        means = []
-        for s in hist.get((host, rank), []):
-            for i in range(1, min(len(s.points), len(s.counts))):
-                dc = s.counts[i] - s.counts[i - 1]
-                if dc > 0:
-                    means.append((s.points[i][1] - s.points[i - 1][1]) / dc)
-            if not means and s.counts and s.counts[-1] > 0:
-                means.append(s.points[-1][1] / s.counts[-1])
-        out.append({"host": host, "rank": rank, "steps": sum(s.points[-1][1] for s in ss),
-                    "median_step_s": median(means) if means else None})
     return out
 
 

@@ -9,6 +9,7 @@ import time
 from otel_gpu.record.diagnose import diagnose_recording
 from otel_gpu.record.reader import Recording
 from otel_gpu.report import data as rd
+from otel_gpu.report.flames import flames
 from tests.childenv import clean_env
 
 from .conftest import REPO
@@ -33,8 +34,8 @@ def test_the_nodes_of_a_job_merge_into_one_window(tmp_path):
     assert all(x.steps == 400 for x in w.ranks)
     assert "input" in {f.rule for f in r.findings}          # 30% of the time waiting for data on every rank
     with Recording.open([a, b]) as rec:
-        flames = rd.flames(rec)
-        assert flames["ranks"] == ["node-a rank 0", "node-a rank 1", "node-b rank 2", "node-b rank 3"]
+        flame = flames(rec)
+        assert flame["ranks"] == ["node-a rank 0", "node-a rank 1", "node-b rank 2", "node-b rank 3"]
         steps = next(p for p in rd.plots(rec, w.start, w.end) if p["id"] == "step_time")
         assert [s["label"] for s in steps["series"]] == ["node-a rank 0", "node-a rank 1", "node-b rank 2", "node-b rank 3"]
 
