@@ -153,8 +153,11 @@ def windowed_companions(spec: MetricSpec) -> tuple[MetricSpec, ...]:
 PHASE_NAMES = ("forward", "backward", "optimizer", "checkpoint", "eval", "data_wait")
 CHECKPOINT_EVENT = "otelgpu.checkpoint.event"   # "start" | "end"
 _RANKED = (HOST, JOB, RANK, LOCAL_RANK, WORLD_SIZE)
-# 10 ms .. 10 min, roughly x2 apart (seconds)
-STEP_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+# Seconds: the R10 preferred numbers (x1.26 apart) from 10 ms to 100 s, R5 (x1.6) from 1 ms and up to
+# 10 min, so a median interpolated inside its bucket is within ~13% of the step times' own (report/steps.py).
+_R5, _R10 = (1.0, 1.6, 2.5, 4.0, 6.3), (1.0, 1.25, 1.6, 2.0, 2.5, 3.2, 4.0, 5.0, 6.3, 8.0)
+STEP_BUCKETS = tuple(round(m * 10.0 ** e, 6) for e, ms in ((-3, _R5), (-2, _R10), (-1, _R10), (0, _R10), (1, _R10),
+                                                            (2, _R5)) for m in ms if m * 10.0 ** e <= 600) + (600.0,)
 TRAIN_STEP_DURATION = _g(PREFIX + "train.step.duration", "s", "Wall time of one training step (host clock, no GPU sync)", _RANKED, "training", kind="histogram", buckets=STEP_BUCKETS)
 TRAIN_STEPS = _g(PREFIX + "train.steps", "{step}", "Training steps completed", _RANKED, "training", kind="counter")
 TRAIN_SAMPLES = _g(PREFIX + "train.samples", "{sample}", "Samples processed by this rank (rate() gives samples/s)", _RANKED, "training", kind="counter")

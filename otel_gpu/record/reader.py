@@ -74,8 +74,28 @@ class Recording:
 
     @classmethod
     def open(cls, dirs: Sequence[Path | str]) -> "Recording":
-        paths = [Path(d) for d in dirs]
-        return cls(paths, [_connect(p) for p in paths])
+        """The recordings in `dirs` as one job: a directory named twice counts once; two copies of one
+        recording (same host and start) are a RecordingError, as their steps would count twice."""
+        paths: list[Path] = []
+        for d in map(Path, dirs):
+            if not any(d.resolve() == p.resolve() for p in paths):
+                paths.append(d)
+        dbs: list[sqlite3.Connection] = []
+        try:
+            seen: dict[tuple[str, str], Path] = {}
+            for p in paths:
+                dbs.append(_connect(p))
+                meta = dict(dbs[-1].execute("SELECT key, value FROM meta WHERE key IN ('host', 'started')"))
+                key = (meta.get("host", ""), meta.get("started", ""))
+                if key[1] and key in seen:
+                    raise RecordingError(f"{seen[key]} and {p} are copies of one recording (host {key[0]}, same "
+                                         "start): give it once")
+                seen[key] = p
+        except BaseException:
+            for db in dbs:
+                db.close()
+            raise
+        return cls(paths, dbs)
 
     def close(self) -> None:
         for db in self.dbs:
@@ -142,6 +162,35 @@ class Recording:
                 if count is not None:
                     s.counts.append(count)
             out += [s for s in by_id.values() if s.points]
+        return out
+
+    def histograms(self, metric: str, t0: float | None = None,
+                   t1: float | None = None) -> list[tuple[Series, tuple[float, ...], list[float]]]:
+        """Every histogram series of `metric` with its bucket bounds and the bucket counts of what was
+        observed in (t0, t1]: a cumulative series' counts at its last point in the window less those at
+        its last point before t0; a delta series' counts summed over the window."""
+        out = []
+        lo, hi = (t0 if t0 is not None else -1e18), (t1 if t1 is not None else 1e18)
+        for db in self.dbs:
+            q = ("SELECT s.id, s.temporality, s.bounds, p.t, p.buckets FROM points p JOIN series s ON s.id = p.series "
+                 "WHERE s.metric = ? AND s.kind = 'histogram' AND p.t <= ? AND p.buckets IS NOT NULL ORDER BY s.id, p.t")
+            rows: dict[int, list] = {}
+            for sid, temporality, bounds, t, buckets in db.execute(q, (metric, hi)):
+                counts = json.loads(buckets)
+                got = rows.setdefault(sid, [temporality, json.loads(bounds or "[]"), None, None])
+                if t <= lo:
+                    got[2] = counts if temporality != "delta" else None      # the baseline before the window
+                elif temporality == "delta":
+                    got[3] = counts if got[3] is None else [a + b for a, b in zip(got[3], counts)]
+                else:
+                    got[3] = counts
+            by_id = self._series_of(db, metric)
+            for sid, (temporality, bounds, before, counts) in rows.items():
+                if counts is None:
+                    continue
+                if before is not None and len(before) == len(counts):
+                    counts = [max(0.0, a - b) for a, b in zip(counts, before)]
+                out.append((by_id[sid], tuple(float(b) for b in bounds), [float(c) for c in counts]))
         return out
 
     def summaries(self, metric: str, t0: float | None = None, t1: float | None = None) -> list[tuple[Series, Summary]]:

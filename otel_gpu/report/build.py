@@ -20,7 +20,7 @@ from ..record.session import relative
 from ..record.window import recorded_window
 from . import data as rd
 from .flames import flames
-from .steps import step_summary
+from .steps import fmt_median, step_summary
 from .html import render
 
 REPORT_NAME = "report.html"
@@ -33,12 +33,6 @@ class Built:
     summary: list[dict]
     job: str | None
     seconds: float
-
-
-def _fmt_s(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{1000 * v:.1f} ms" if v < 1 else f"{v:.2f} s"
 
 
 def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
@@ -63,7 +57,7 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
     data = {
         "job": rec.job, "start": start, "end": end, "subtitle": subtitle,
         "summary": [{"label": rd.rank_label(s["host"], s["rank"], hosts), "steps": s["steps"],
-                     "median": _fmt_s(s["median_step_s"])} for s in summary],
+                     "median": fmt_median(s)} for s in summary],
         "findings": [f.as_dict() for f in findings], "diagnosis_note": note,
         "plots": rd.plots(rec, start, end), "flames": flames(rec),
     }
@@ -86,7 +80,7 @@ def summary_text(built: Built, out: Path) -> str:
     lines = [f"otel-gpu: job {built.job or '-'}"]
     for s in built.summary:
         lines.append(f"  {rd.rank_label(s['host'], s['rank'], hosts)}: {s['steps']:.0f} steps, "
-                     f"median step {_fmt_s(s['median_step_s'])}")
+                     f"median step {fmt_median(s)}")
     if not built.summary:
         lines.append("  no training steps recorded")
     top = [f for f in built.findings if not f.missing][:3]
