@@ -18,13 +18,15 @@ from .periodic import periodic_stalls
 from .rules_gpu import memory_pressure, sm_idle, throttling
 from .rules_train import checkpoint, eval_and_epochs, input_bound
 from .straggler import straggler
+from .tensor import tensor_idle
+from .unphased import unphased_time
 from .thresholds import Thresholds, load_thresholds
 from .window import DiagnoseError, Window, fetch_window
 
 Rule = Callable[[Window, Thresholds], list[Finding]]
 
-RULES: list[Rule] = [sm_idle, comm_bound, checkpoint, input_bound, straggler, periodic_stalls,
-                     eval_and_epochs, throttling, memory_pressure]
+RULES: list[Rule] = [sm_idle, comm_bound, checkpoint, input_bound, unphased_time, straggler, periodic_stalls,
+                     eval_and_epochs, throttling, memory_pressure, tensor_idle]
 
 
 def run_rules(w: Window, th: Thresholds | None = None, rules: list[Rule] | None = None) -> list[Finding]:
@@ -47,6 +49,7 @@ class Report:
         w = self.window
         return {
             "job": w.job, "start": w.start, "end": w.end, "duration_s": w.duration_s,
+            "training_start": w.train_start, "training_end": w.train_end,
             "ranks": len(w.ranks), "gpus": len(w.gpus), "nodes": len(w.nodes),
             "timeline_step_s": w.step_s, "export_interval_s": w.interval_s, "notes": list(w.notes),
             "profiles": w.profile.source if w.profile is not None else None,

@@ -59,9 +59,11 @@ def _measured(w: Window) -> tuple[float, float, dict[str, float]] | None:
 
 
 def _not_checked(w: Window, why: list[str]) -> Finding:
-    return missing_input("comm", "Communication-bound (collectives, ZeRO fetches)",
-                         "needs each rank's collective wait (`otel-gpu run` / `opentelemetry-instrument` on a "
-                         "torch.distributed job) or profiles (`--pyroscope URL`)", why)
+    needs = ("the ranks ran under `otel-gpu run` and reported no collective wait: no torch.distributed collectives "
+             "were seen" if w.source == "recording" else
+             "needs each rank's collective wait (`otel-gpu run` / `opentelemetry-instrument` on a "
+             "torch.distributed job) or profiles (`--pyroscope URL`)")
+    return missing_input("comm", "Communication-bound (collectives, ZeRO fetches)", needs, why)
 
 
 def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
@@ -115,7 +117,7 @@ def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
         seen=f"the least-waiting rank is blocked {fmt.secs(floor)} of a {fmt.secs(step)} step in collectives ("
              + ", ".join(f"{k.replace('_', '-')} {fmt.secs(v)}" for k, v in top) + f"){functions}; {link_text}"
              + (f"; {profile_note}" if profile_note else ""),
-        why=f"ranks wait instead of computing: about {fmt.gpu_time(lost)}; overlapping communication with "
+        why=f"ranks wait instead of computing: about {fmt.gpu_time(lost, w.unit)}; overlapping communication with "
             f"compute or moving fewer bytes recovers part of it",
         action=_action(zero, kind, space, tell), lost_s=lost, lost_share=share,
         basis="the least collective wait per step of any rank (what every rank waits; waits beyond it are "
@@ -180,7 +182,7 @@ def _from_profile(w: Window, th: Thresholds) -> list[Finding]:
              f"communication function) are inside communication functions "
              f"({', '.join(f'{fn} {fmt.pct(v)}' for fn, v in p.top_comm(4))}); {link_text}; the ranks' collective "
              f"wait was not measured, so imbalance (a straggler) cannot be told from communication cost",
-        why=f"ranks wait instead of computing: up to {fmt.gpu_time(lost)} of {fmt.gpu_time(base)}",
+        why=f"ranks wait instead of computing: up to {fmt.gpu_time(lost, w.unit)} of {fmt.gpu_time(base, w.unit)}",
         action=_action(zero, kind, space, tell), lost_s=lost, lost_share=share,
         basis="communication share of training-thread profile samples (all ranks together) x the ranks' wall time; "
               "includes waits caused by stragglers",

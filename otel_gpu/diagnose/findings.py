@@ -20,7 +20,7 @@ class Finding:
     rule: str                    # rule id, e.g. "checkpoint"
     title: str                   # one line
     severity: str                # "critical" | "warning" | "info"
-    confidence: str              # "high" | "medium" | "low"
+    confidence: str              # "high" | "medium" | "low"; "" when not checked (`missing`)
     seen: str                    # the observation, with its numbers
     why: str                     # why it matters: the estimate and its basis
     action: str                  # a concrete next step
@@ -36,7 +36,9 @@ class Finding:
     def __post_init__(self):
         if self.severity not in SEVERITIES:
             raise ValueError(f"severity {self.severity!r} not in {SEVERITIES}")
-        if self.confidence not in CONFIDENCES:
+        if self.missing:
+            self.confidence = ""   # a rule that could not run is sure of nothing
+        elif self.confidence not in CONFIDENCES:
             raise ValueError(f"confidence {self.confidence!r} not in {CONFIDENCES}")
 
     def as_dict(self) -> dict[str, Any]:
@@ -51,7 +53,7 @@ def missing_input(rule: str, what: str, needs: str, missing: list[str]) -> Findi
         rule=rule,
         title=f"{what}: not checked (no {', '.join(missing)})",
         severity="info",
-        confidence="high",
+        confidence="",
         seen=f"no {', '.join(missing)} in the window",
         why="this rule needs that input; without it the bottleneck can be neither confirmed nor ruled out",
         action=needs,

@@ -24,13 +24,13 @@ def secs(s: float | None) -> str:
     return f"{s / 3600:.1f} h"
 
 
-def gpu_time(s: float) -> str:
-    """GPU-seconds as GPU-s / GPU-min / GPU-h."""
+def gpu_time(s: float, unit: str = "GPU") -> str:
+    """GPU-seconds as GPU-s / GPU-min / GPU-h; `unit` "rank" for a window without GPUs (rank-s, ...)."""
     if s < 120:
-        return f"{s:.1f} GPU-s"
+        return f"{s:.1f} {unit}-s"
     if s < 7200:
-        return f"{s / 60:.1f} GPU-min"
-    return f"{s / 3600:.1f} GPU-h"
+        return f"{s / 60:.1f} {unit}-min"
+    return f"{s / 3600:.1f} {unit}-h"
 
 
 def rate(bps: float | None) -> str:

@@ -115,7 +115,7 @@ def straggler(w: Window, th: Thresholds, ranks: list[RankStats], consistency, ca
              f"{fmt.secs(late)} less per step in collectives than the others' median: they start them and wait for "
              f"it; {arrived}; {where}. {OVERLAP_NOTE}"
              + (f"; on its node: {'; '.join(found)}" if found else "; no hardware anomaly seen on its node"),
-        why=f"the other {len(others)} rank(s) wait for it in every collective: about {fmt.gpu_time(lost)} "
+        why=f"the other {len(others)} rank(s) wait for it in every collective: about {fmt.gpu_time(lost, w.unit)} "
             f"({fmt.pct(share)} of the median step)",
         action=action(name, r.host, phase if located else "gpu", found),
         lost_s=lost, lost_share=share,
@@ -182,7 +182,7 @@ def comm(w: Window, th: Thresholds, ranks: list[RankStats], link, action, bound)
              f"step on the GPU ({parts}); the other ranks wait beyond that up to "
              f"{fmt.secs(max(waits.values()))} per step for stragglers (the straggler rule); exposure {EXPOSURE}"
              f"{functions}; {link_text}",
-        why=f"communication the compute does not hide stalls every rank: up to {fmt.gpu_time(upper)} in the window "
+        why=f"communication the compute does not hide stalls every rank: up to {fmt.gpu_time(upper, w.unit)} in the window "
             f"(all of it if nothing overlaps)",
         action=action(zero, kind, space, tell), lost_s=upper, lost_share=share,
         basis="GPU-timed collective time per step of the rank with the least (the last arriver: no waiting for "

@@ -45,6 +45,9 @@ class GpuStats:
     uuid: str = ""
     util: float | None = None       # mean NVML utilization
     sm: float | None = None         # mean GPM SM activity
+    tensor: float | None = None     # mean GPM tensor-pipe activity (any precision)
+    dram: float | None = None       # mean GPM DRAM bandwidth used over peak
+    occupancy: float | None = None  # mean GPM SM occupancy (resident warps over the maximum)
     power_w: float | None = None
     power_limit_w: float | None = None
     temp_c: float | None = None
@@ -105,6 +108,21 @@ class Window:
     profile_error: str | None = None  # why profiles could not be read (Pyroscope down, wrong API, ...)
     busy: dict[str, list[float | None]] = field(default_factory=dict)  # rank -> busy s per step, on timeline.t
     notes: list[str] = field(default_factory=list)
+    train_start: float | None = None  # unix s: the ranks' first step began (estimated; None: no ranks)
+    train_end: float | None = None    # unix s: the ranks' last step counter point
+    source: str = "prometheus"        # "prometheus" | "recording"
+    agent: bool | None = None         # the node agent ran (its series or its log are there); None: unknown
+
+    @property
+    def unit(self) -> str:
+        """What time at stake is counted in: "GPU" with GPUs in the window, else "rank"."""
+        return "GPU" if self.gpus else "rank"
+
+    def training_s(self) -> float:
+        """Seconds from the ranks' first step to their last (the whole window without ranks)."""
+        if self.train_start is None or self.train_end is None:
+            return self.duration_s
+        return max(0.0, self.train_end - self.train_start)
 
     @property
     def duration_s(self) -> float:
@@ -128,6 +146,23 @@ class Window:
             lead = min(lead, max(0.0, r.first_t - self.start))
             return max(0.0, min(self.duration_s, r.last_t - r.first_t + lead))
         return self.active_s(r.first_t, r.last_t)
+
+    def set_training_span(self) -> None:
+        """`train_start`/`train_end` from the ranks: the earliest first step (each rank's last point minus
+        its wall time) to the latest last point; unset without ranks."""
+        spans = [(r.last_t - self.rank_wall_s(r), r.last_t) for r in self.ranks if r.last_t is not None and r.first_t is not None]
+        if spans:
+            self.train_start = max(self.start, min(a for a, _ in spans))
+            self.train_end = min(self.end, max(b for _, b in spans))
+
+    def summary_span(self) -> tuple[float, float]:
+        """(from, to) unix s that the GPU and node summaries cover: training time, less the first half
+        export interval (a point at t is the mean over the interval before t: it counts when at least
+        half of that interval was training); the whole window without ranks."""
+        if self.train_start is None or self.train_end is None:
+            return self.start, self.end
+        a = self.train_start + 0.5 * self.interval_s
+        return (a, self.train_end) if self.train_end > a else (self.train_start, self.train_end)
 
     def gpu_time_s(self) -> float:
         """GPU-seconds in the window (each GPU's active time), else rank-seconds."""

@@ -111,7 +111,8 @@ def parse_gpus(result: list[Series]) -> list[GpuStats]:
         if v.get("n") is None and v.get("util") is None and v.get("sm") is None:
             continue
         out.append(GpuStats(
-            host=host, gpu=index, uuid=uuid, util=v.get("util"), sm=v.get("sm"), power_w=v.get("power"),
+            host=host, gpu=index, uuid=uuid, util=v.get("util"), sm=v.get("sm"), tensor=v.get("tensor"),
+            dram=v.get("dram"), occupancy=v.get("occupancy"), power_w=v.get("power"),
             power_limit_w=v.get("power_limit"), temp_c=v.get("temp"), temp_max_c=v.get("temp_max"),
             clock_hz=v.get("clock"), clock_max_hz=v.get("clock_max"), mem_used_b=v.get("mem_used"),
             mem_limit_b=v.get("mem_limit"),

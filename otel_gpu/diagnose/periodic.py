@@ -57,7 +57,7 @@ def periodic_stalls(w: Window, th: Thresholds) -> list[Finding]:
              f"({fmt.pct(med) if what != 'step rate' else f'{med:.2f} steps/s'}), every {fmt.secs(every)} "
              f"(variation {fmt.pct(cv, 0)}), {fmt.secs(sum(e.duration_s for e in drops) / len(drops))} each"
              + (f"; {fmt.pct(best, 0)} of them inside the {matched} phase" if matched else ""),
-        why=f"about {fmt.gpu_time(stalled)} ({fmt.pct(share)} of GPU time) lost in the stalls",
+        why=f"about {fmt.gpu_time(stalled, w.unit)} ({fmt.pct(share)} of {w.unit} time) lost in the stalls",
         action=advice if matched else ("line the stall times up with the job's logs: garbage collection "
                                        "(gc.freeze() after setup), logging or metric flushes, a periodic host job, "
                                        "a collective timeout; `otel-gpu trace analyze` on a trace that spans one"),

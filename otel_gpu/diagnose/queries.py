@@ -150,8 +150,9 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
 
 
 def gpu_summary(agent_sel: str, w: float, res: float) -> str:
-    """Per GPU (host_name, hw_id, otelgpu_gpu_index): means, peaks, throttle shares, points, first
-    time (within `res`) and last time (when alive at the end), ranks on it."""
+    """Per GPU (host_name, hw_id, otelgpu_gpu_index): means (utilization, GPM SM, tensor, DRAM and
+    occupancy), peaks, throttle shares, points, first time (within `res`) and last time (when alive
+    at the end), ranks on it. `fetch_window` evaluates it over the training time."""
     W, R = dur(w), dur(res)
     mem = selector(N.GPU_MEMORY_USAGE, agent_sel)
     clock = selector(N.GPU_CLOCK, agent_sel, otelgpu_clock_domain="sm")
@@ -160,6 +161,9 @@ def gpu_summary(agent_sel: str, w: float, res: float) -> str:
     return union({
         "util": f"avg {g} (avg_over_time({selector(N.GPU_UTILIZATION, agent_sel)}[{W}]))",
         "sm": f"avg {g} (avg_over_time({selector(N.GPU_SM_ACTIVITY, agent_sel)}[{W}]))",
+        "tensor": f"avg {g} (avg_over_time({selector(N.GPU_TENSOR_ACTIVITY, agent_sel)}[{W}]))",
+        "dram": f"avg {g} (avg_over_time({selector(N.GPU_DRAM_ACTIVITY, agent_sel)}[{W}]))",
+        "occupancy": f"avg {g} (avg_over_time({selector(N.GPU_SM_OCCUPANCY, agent_sel)}[{W}]))",
         "power": f"avg {g} (avg_over_time({selector(N.GPU_POWER, agent_sel)}[{W}]))",
         "power_limit": f"max {g} (max_over_time({selector(N.GPU_POWER_LIMIT, agent_sel)}[{W}]))",
         "temp": f"avg {g} (avg_over_time({selector(N.GPU_TEMPERATURE, agent_sel)}[{W}]))",

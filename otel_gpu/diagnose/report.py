@@ -26,12 +26,12 @@ def _where(f: dict) -> str:
     return "; ".join(parts)
 
 
-def _stake(f: dict) -> str:
+def _stake(f: dict, unit: str = "GPU") -> str:
     if f["missing"]:
         return "not checked"
     if f["lost_s"] > 0:
         share = f" = {fmt.pct(f['lost_share'])}" if f["lost_share"] is not None else ""
-        return f"~{fmt.gpu_time(f['lost_s'])}{share} at stake"
+        return f"~{fmt.gpu_time(f['lost_s'], unit)}{share} at stake"
     return "no time estimate"
 
 
@@ -43,14 +43,21 @@ def _ranges(f: dict, limit: int = 4) -> str:
     return shown + (f" and {len(rs) - limit} more" if len(rs) > limit else "")
 
 
+def _unit(d: dict) -> str:
+    """Time at stake in GPU-seconds with GPUs in the window, else rank-seconds."""
+    return "GPU" if d.get("gpus") else "rank"
+
+
 def text(d: dict) -> str:
+    unit = _unit(d)
     lines = [f"otel-gpu diagnose: {header(d)}"]
     lines += [f"  note: {n}" for n in d["notes"]]
     if not any(not f["missing"] for f in d["findings"]):
         lines.append("no bottleneck found above the thresholds")
     for i, f in enumerate(d["findings"], 1):
         lines.append("")
-        lines.append(f"{i}. [{MARK[f['severity']]}] {f['title']}  ({_stake(f)}; confidence {f['confidence']})")
+        sure = "" if f["missing"] else f"; confidence {f['confidence']}"   # not checked: nothing to be sure of
+        lines.append(f"{i}. [{MARK[f['severity']]}] {f['title']}  ({_stake(f, unit)}{sure})")
         lines.append(f"   seen:  {f['seen']}")
         if not f["missing"]:
             lines.append(f"   why:   {f['why']}" + (f" [basis: {f['basis']}]" if f["basis"] else ""))
@@ -70,7 +77,7 @@ def markdown(d: dict) -> str:
     real = [f for f in d["findings"] if not f["missing"]]
     out += ["| # | severity | finding | at stake | confidence |", "|---|---|---|---|---|"]
     for i, f in enumerate(real, 1):
-        out.append(f"| {i} | {f['severity']} | {f['title']} | {_stake(f)} | {f['confidence']} |")
+        out.append(f"| {i} | {f['severity']} | {f['title']} | {_stake(f, _unit(d))} | {f['confidence']} |")
     if not real:
         out.append("| - | - | no bottleneck found above the thresholds | - | - |")
     for i, f in enumerate(real, 1):

@@ -9,6 +9,26 @@ from .thresholds import Thresholds
 from .model import GpuStats, Window
 
 NO_AGENT = "run the otel-gpu agent on the job's nodes (with the same OTELGPU_JOB)"
+
+
+def agent_advice(w: Window) -> str:
+    """What to do about missing agent series, never what already ran: the agent ran (its series or its
+    log are there) but saw no GPU, a recording made without it, or (Prometheus) run it."""
+    if w.agent:
+        where = "agent.log in the run directory" if w.source == "recording" else "the agent's log"
+        return ("the node agent ran and reported no GPU: a CPU-only run has nothing to check here; on a GPU node, "
+                f"NVML could not be read (see {where})")
+    if w.source == "recording":
+        return "the recording has no node agent series: record without `--no-agent` (`otel-gpu run` starts the agent)"
+    return NO_AGENT
+
+
+def no_gpus(w: Window, rule: str, what: str) -> list[Finding]:
+    """The not-checked note of a GPU rule over a window without GPUs: said once (by `sm_idle`) when the
+    agent ran and saw no GPU (a CPU-only run), by every GPU rule when the agent's series are missing."""
+    if w.agent and rule != "sm_idle":
+        return []
+    return [missing_input(rule, what, agent_advice(w), ["GPU metrics"])]
 POWER = ("sw_power_cap", "hw_power_brake")
 THERMAL = ("sw_thermal_slowdown", "hw_thermal_slowdown")
 HW = ("hw_slowdown",)
@@ -26,7 +46,7 @@ def sm_idle(w: Window, th: Thresholds) -> list[Finding]:
     """NVML utilization high (a kernel was running) while GPM SM activity is low (few SMs busy)."""
     t = th["sm_idle"]
     if not w.gpus:
-        return [missing_input("sm_idle", "SMs idle behind busy utilization", NO_AGENT, ["GPU metrics"])]
+        return no_gpus(w, "sm_idle", "GPU counters")
     with_sm = [g for g in w.gpus if g.sm is not None and g.util is not None]
     if not with_sm:
         return [missing_input(
@@ -78,7 +98,7 @@ def throttling(w: Window, th: Thresholds) -> list[Finding]:
     """Power, thermal or hardware slowdown reasons active for a share of the window."""
     t, sev = th["throttle"], th["severity"]
     if not w.gpus:
-        return [missing_input("throttle", "Power/thermal throttling", NO_AGENT, ["GPU metrics"])]
+        return no_gpus(w, "throttle", "Power/thermal throttling")
     if not any(g.throttle for g in w.gpus):
         return [missing_input("throttle", "Power/thermal throttling",
                               "needs NVML clock-event reasons (not readable on MIG devices or this driver)",
@@ -128,7 +148,7 @@ def throttling(w: Window, th: Thresholds) -> list[Finding]:
             rule="throttle",
             title=f"{label} on {len(gpus)} GPU{'s' if len(gpus) > 1 else ''} ({fmt.compact([x.host for x in gpus], 3)})",
             severity=severity, confidence="high" if worst[3].startswith("mean SM clock") else "medium",
-            seen=f"{'/'.join(r for r in reasons if g.throttle.get(r, 0.0) >= t['share_min'])} active {fmt.pct(worst[1])} of the window on {g.name}{clock}{temp}{power}",
+            seen=f"{'/'.join(r for r in reasons if g.throttle.get(r, 0.0) >= t['share_min'])} active {fmt.pct(worst[1])} of the {'training time' if w.train_start is not None else 'window'} on {g.name}{clock}{temp}{power}",
             why=f"lower clocks stretch every kernel: about {fmt.gpu_time(lost)} ({fmt.pct(share)} of GPU time) at stake",
             action=action, lost_s=lost, lost_share=share,
             basis=f"active time x (1 - mean SM clock / reference clock); {worst[3]}",
@@ -153,7 +173,7 @@ def memory_pressure(w: Window, th: Thresholds) -> list[Finding]:
     t = th["memory"]
     out = []
     if not w.gpus and not w.nodes:
-        return [missing_input("memory", "Memory pressure", NO_AGENT, ["GPU and host metrics"])]
+        return [missing_input("memory", "Memory pressure", agent_advice(w), ["GPU and host metrics"])]
     full = [g for g in w.gpus if g.mem_used_b and g.mem_limit_b and g.mem_used_b / g.mem_limit_b >= t["gpu_used_max"]]
     if full:
         top = max(full, key=lambda g: g.mem_used_b / g.mem_limit_b)

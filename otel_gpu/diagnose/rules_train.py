@@ -21,9 +21,8 @@ def _share(w: Window, ranks: list[RankStats], phase: str) -> tuple[float, float,
 
 
 def _during(w: Window, mask: list[bool], name: str) -> tuple[float | None, float | None]:
-    """Mean of timeline series `name` inside and outside `mask`."""
-    values = w.timeline.get(name)
-    return ts.mean_where(values, mask), ts.mean_where(values, [not m for m in mask])
+    """Mean of timeline series `name` inside `mask` and over the rest of the training time."""
+    return ts.during(w, mask, w.timeline.get(name))
 
 
 def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
@@ -44,13 +43,14 @@ def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
     write_in, write_out = _during(w, mask, "disk_write")
     if write_in is not None and write_out is not None:
         details.append(f"storage writes {fmt.rate(write_in)} during saves vs {fmt.rate(write_out)} otherwise")
-    sig = ts.activity(w)
+    sig = ts.activity(w, training_only=False)
     act_in = act_out = None
     if sig is not None and any(mask):
-        act_in, act_out = ts.mean_where(sig[1], mask), ts.mean_where(sig[1], [not m for m in mask])
+        act_in, act_out = ts.during(w, mask, sig[1])
         if act_in is not None and act_out:
-            details.append(f"{sig[0]} {fmt.pct(act_in / act_out if sig[0] == 'step rate' else act_in)}"
-                           f"{' of normal' if sig[0] == 'step rate' else ' vs ' + fmt.pct(act_out)} during saves")
+            details.append(f"{sig[0]} {fmt.pct(act_in / act_out)} of the rest of training during saves"
+                           if sig[0] == "step rate" else
+                           f"{sig[0]} {fmt.pct(act_in)} during saves vs {fmt.pct(act_out)} otherwise")
     target = t["share_warning"] * 0.5
     advice = ["save asynchronously (torch.distributed.checkpoint.async_save, DeepSpeed's decoupled/Nebula "
               "checkpointing) so training continues while the shards are written",
@@ -66,7 +66,7 @@ def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
         seen=f"rank {worst.rank} on {worst.host} spent {fmt.secs(ckpt)} of {fmt.secs(wall)} saving checkpoints"
              + (f" ({count:.0f} saves" + (f", one every {fmt.secs(every)}" if every else "") + ")" if count else "")
              + seen_note + ("; " + "; ".join(details) if details else ""),
-        why=f"in synchronous training every rank waits for the slowest save: about {fmt.gpu_time(lost)} "
+        why=f"in synchronous training every rank waits for the slowest save: about {fmt.gpu_time(lost, w.unit)} "
             f"({fmt.pct(share)} of the job's time)",
         action="; ".join(advice),
         lost_s=lost, lost_share=share,
@@ -105,11 +105,14 @@ def input_bound(w: Window, th: Thresholds) -> list[Finding]:
     if not w.ranks:
         return []
     if not any("data_wait" in r.phases for r in w.ranks):
-        return [missing_input(
-            "input", "Input-bound (waiting for batches)",
-            "needs the data_wait phase: measured for DataLoader iteration under `otel-gpu run` / "
-            "`opentelemetry-instrument`, or `otel_gpu.training.phase('data_wait')` around your batch fetch",
-            ["data-wait phase"])]
+        if w.source == "recording":   # `otel-gpu run` already times DataLoader iteration: none was iterated
+            needs = ("this job's batches do not come from a torch DataLoader (whose iteration `otel-gpu run` "
+                     "times as data_wait): wrap your own batch fetch in `with otel_gpu.training.phase('data_wait'):` "
+                     "to measure it; until then its time is part of the time outside any phase (the unphased rule)")
+        else:
+            needs = ("needs the data_wait phase: measured for DataLoader iteration under `otel-gpu run` / "
+                     "`opentelemetry-instrument`, or `otel_gpu.training.phase('data_wait')` around your batch fetch")
+        return [missing_input("input", "Input-bound (waiting for batches)", needs, ["data-wait phase"])]
     shares = {r.rank: r.phases.get("data_wait", 0.0) / (w.rank_wall_s(r) or 1.0) for r in w.ranks}
     least = min(shares, key=shares.get)
     share = shares[least]
@@ -121,8 +124,10 @@ def input_bound(w: Window, th: Thresholds) -> list[Finding]:
     cpus = [n.cpu_busy for n in w.nodes if n.cpu_busy is not None]
     cpu = max(cpus) if cpus else None
     if cpu is None:
+        see = ("" if w.agent else "; record without `--no-agent` to see the host CPU" if w.source == "recording"
+               else "; run the otel-gpu agent to see the CPU")
         cpu_text, action = "host CPU not measured", ("more DataLoader workers (num_workers), pin_memory=True, "
-                                                      "prefetch_factor; run the otel-gpu agent to see the CPU")
+                                                      "prefetch_factor" + see)
     elif cpu >= t["cpu_saturated"]:
         cpu_text = f"host CPU saturated ({fmt.pct(cpu)} busy on the busiest node)"
         action = ("the loader is starved of CPU: move decoding/augmentation off the critical path "
@@ -146,7 +151,8 @@ def input_bound(w: Window, th: Thresholds) -> list[Finding]:
         confidence="high",
         seen=f"data_wait at least {fmt.pct(share)} of wall time on each of {len(w.ranks)} rank(s){spread}; "
              f"{cpu_text}{gpu}",
-        why=f"the GPU has nothing to do while a rank waits for its batch: about {fmt.gpu_time(waited)} "
+        why=f"{'the GPU has nothing to do' if w.gpus else 'a rank computes nothing'} while a rank waits for its batch: "
+            f"about {fmt.gpu_time(waited, w.unit)} "
             f"({fmt.pct(share)} of the job's time)",
         action=action, lost_s=waited, lost_share=share,
         basis="the least data_wait share of any rank (what every rank pays; a rank waiting longer than the "
@@ -162,12 +168,12 @@ def eval_and_epochs(w: Window, th: Thresholds) -> list[Finding]:
     t, sev = th["eval"], th["severity"]
     out = []
     secs, share, _ = _share(w, w.ranks, "eval")
-    sig = ts.activity(w)
+    sig = ts.activity(w, training_only=False)
     if secs > 0 and share >= t["share_min"]:
         mask = ts.phase_mask(w.timeline, "eval", PHASE_EPS)
         drop = None
         if sig is not None and sig[0] != "step rate" and any(mask):
-            a_in, a_out = ts.mean_where(sig[1], mask), ts.mean_where(sig[1], [not m for m in mask])
+            a_in, a_out = ts.during(w, mask, sig[1])
             if a_in is not None and a_out:
                 drop = max(0.0, 1.0 - a_in / a_out)
         lost = secs * (drop or 0.0)
@@ -182,7 +188,7 @@ def eval_and_epochs(w: Window, th: Thresholds) -> list[Finding]:
                                + (f" at {fmt.pct(1 - drop)} of training activity" if big else ""),
             severity=severity_for(lost_share, sev["warning_share"], sev["critical_share"]) if big else "info",
             confidence="medium" if drop is None else "high", seen=seen,
-            why=(f"the GPUs run well below training activity during eval: about {fmt.gpu_time(lost)} of GPU time"
+            why=(f"the GPUs run well below training activity during eval: about {fmt.gpu_time(lost, w.unit)} of GPU time"
                  if big else "eval is necessary work; its GPU activity is close to training's"),
             action="evaluate less often or on a subset, use a larger eval batch (no gradients), or run eval "
                    "asynchronously on a separate GPU",
@@ -193,7 +199,9 @@ def eval_and_epochs(w: Window, th: Thresholds) -> list[Finding]:
             evidence={"eval_s": round(secs, 3), "share": round(share, 4), "activity_drop": drop}))
     # epoch boundaries: data_wait bursts well above their usual level, with activity dropping
     dw = w.timeline.get("phase_data_wait")
+    sig = ts.activity(w)   # training time only: start-up is no epoch boundary
     if dw is not None and sig is not None:
+        dw = ts.only(dw, ts.training_mask(w))
         med = ts.median(dw) or 0.0
         n_ranks = max(len(w.ranks), 1)
         burst = [v is not None and v > max(3 * med, 0.5 * n_ranks) for v in dw]
@@ -209,7 +217,7 @@ def eval_and_epochs(w: Window, th: Thresholds) -> list[Finding]:
                 confidence="medium",
                 seen=f"{len(evts)} bursts where most ranks wait for data and {sig[0]} falls below half its median, "
                      f"{fmt.secs(statistics.fmean(e.duration_s for e in evts))} each",
-                why=f"the loader restarts or refills between epochs: about {fmt.gpu_time(lost)} of GPU time",
+                why=f"the loader restarts or refills between epochs: about {fmt.gpu_time(lost, w.unit)} of {w.unit} time",
                 action="DataLoader(persistent_workers=True), a larger prefetch_factor, and shuffling that does not "
                        "rebuild the dataset index every epoch",
                 lost_s=lost, lost_share=lost_share, basis="burst durations x ranks",

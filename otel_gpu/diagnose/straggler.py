@@ -76,9 +76,12 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
     if unmeasured:
         return [missing_input(
             "straggler", "Stragglers",
-            "needs each rank's time in collectives (otelgpu.train.collective.time): run the job under "
-            "`otel-gpu run` or `opentelemetry-instrument`, or import otel_gpu.training before the loop "
-            f"(missing for rank(s) {fmt.compact([r.rank for r in unmeasured])}{gpu_waits.why_unmeasured(unmeasured)})",
+            "needs each rank's time in collectives (otelgpu.train.collective.time): "
+            + ("the ranks ran under `otel-gpu run` and reported none: no torch.distributed collectives were seen "
+               if w.source == "recording" else
+               "run the job under `otel-gpu run` or `opentelemetry-instrument`, or import otel_gpu.training before "
+               "the loop ")
+            + f"(missing for rank(s) {fmt.compact([r.rank for r in unmeasured])}{gpu_waits.why_unmeasured(unmeasured)})",
             ["collective-wait metric"])]
     bases = {r.collective_basis or "host" for r in ranks}
     if len(bases) > 1 or "mixed" in bases:
@@ -119,7 +122,7 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
              f"others and waits {fmt.secs(max(0.0, waited))} less in collectives; its {phase.replace('_', ' ')} time "
              f"grew by {fmt.secs(grew[phase])}"
              + (f"; on its node: {'; '.join(causes)}" if causes else "; no hardware anomaly seen on its node"),
-        why=f"the other {len(others)} rank(s) wait for it in every collective: about {fmt.gpu_time(lost)} "
+        why=f"the other {len(others)} rank(s) wait for it in every collective: about {fmt.gpu_time(lost, w.unit)} "
             f"({fmt.pct(share)} of step time)",
         action=_action(name, r.host, phase, causes),
         lost_s=lost, lost_share=share,

@@ -32,6 +32,12 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
         "hw_slowdown_factor": (0.5, "clock factor assumed for HW slowdown when clocks are not in the data"),
         "temperature_c": (85.0, "GPU temperature (C) reported as a thermal risk"),
     },
+    "tensor": {
+        "sm_min": (0.5, "mean GPM SM activity at or above this: SMs busy enough to judge the tensor pipes"),
+        "info_max": (0.25, "tensor-pipe activity below this while SMs are busy: reported (info)"),
+        "warning_max": (0.05, "... below this: warning (matmuls likely not on the tensor cores)"),
+        "dram_busy": (0.5, "mean DRAM bandwidth share at or above this: memory-bound kernels named as likely"),
+    },
     "memory": {
         "gpu_used_max": (0.95, "peak GPU memory used / size at or above this: memory pressure"),
         "swap_used_bytes": (1 << 30, "peak host swap in use at or above this (bytes)"),
@@ -45,6 +51,11 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
         "share_warning": (0.05, "data-wait share of the ranks' wall time reported as a warning"),
         "share_critical": (0.20, "... and as critical"),
         "cpu_saturated": (0.85, "mean host CPU busy share at or above this: CPU saturated"),
+    },
+    "unphased": {
+        "share_min": (0.1, "step time outside every phase at or above this share on every rank is reported"),
+        "share_warning": (0.2, "... as a warning"),
+        "share_critical": (0.5, "... as critical"),
     },
     "straggler": {
         "lateness_share": (0.05, "a rank arriving this share of the step time late is a straggler"),

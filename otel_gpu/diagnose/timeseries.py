@@ -20,13 +20,43 @@ class Event:
         return self.end - self.start
 
 
-def activity(w: Window) -> tuple[str, list[float | None]] | None:
-    """The best job-wide activity signal: GPU SM activity, else GPU utilization, else step rate."""
+def training_mask(w: Window) -> list[bool]:
+    """Timeline points that describe training time only: at or before the ranks' last step and at least
+    one smoothing range (grid step + two export intervals: what each point averages over) after their
+    first step began; without that margin where no point qualifies. All points without ranks."""
+    t = w.timeline.t
+    if w.train_start is None or w.train_end is None:
+        return [True] * len(t)
+    smooth = w.step_s + 2 * w.interval_s
+    strict = [w.train_start + smooth <= x <= w.train_end for x in t]
+    if any(strict):
+        return strict
+    return [w.train_start <= x <= w.train_end for x in t]
+
+
+def only(values: list[float | None], mask: list[bool]) -> list[float | None]:
+    """`values` with the points outside `mask` left out (None)."""
+    return [v if m else None for v, m in zip(values, mask)]
+
+
+def activity(w: Window, training_only: bool = True) -> tuple[str, list[float | None]] | None:
+    """The best job-wide activity signal: GPU SM activity, else GPU utilization, else step rate; by
+    default over training time only (start-up before the first step left out)."""
+    keep = training_mask(w) if training_only else None
     for name, what in (("sm", "GPU SM activity"), ("util", "GPU utilization"), ("steps", "step rate")):
         values = w.timeline.get(name)
+        if values and keep is not None:
+            values = only(values, keep)
         if values and sum(v is not None for v in values) >= 3:
             return what, values
     return None
+
+
+def during(w: Window, mask: list[bool], values: list[float | None] | None) -> tuple[float | None, float | None]:
+    """Mean of `values` inside `mask`, and over the rest of the training time ("otherwise": never the
+    start-up before the first step nor the time after the last)."""
+    train = training_mask(w)
+    return mean_where(values, mask), mean_where(values, [not m and k for m, k in zip(mask, train)])
 
 
 def median(values: list[float | None]) -> float | None:

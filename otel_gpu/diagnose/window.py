@@ -44,20 +44,28 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
     res = resolution(dur)
     sub = max(0.01, dur / (SUB_POINTS[0] if dur <= 3600 else SUB_POINTS[1]))
     job_sel = Qb.job_matcher(job)
-    # the three summaries in parallel (the server evaluates each on its own core)
-    ranks_q, gpus_q, nodes_q = _parallel(client, end, [Qb.rank_summary(job_sel, dur, sub),
-                                                       Qb.gpu_summary(job_sel, dur, sub), Qb.node_summary(job_sel, dur)])
-    w.ranks, w.gpus, w.nodes = parse_ranks(ranks_q), parse_gpus(gpus_q), parse_nodes(nodes_q)
+    w.ranks = parse_ranks(client.query(Qb.rank_summary(job_sel, dur, sub), time=end))
+    # GPU and node numbers over training time (first step to last step), not the start-up before it
+    w.interval_s = estimate_interval(w.ranks, [])
+    _last_from_count(w.ranks, w.interval_s)
+    w.set_training_span()
+    a, b = w.summary_span()
+    tdur = max(0.001, b - a)
+    tsub = max(0.01, tdur / (SUB_POINTS[0] if tdur <= 3600 else SUB_POINTS[1]))
+    gpus_q, nodes_q = _parallel(client, b, [Qb.gpu_summary(job_sel, tdur, tsub), Qb.node_summary(job_sel, tdur)])
+    w.gpus, w.nodes = parse_gpus(gpus_q), parse_nodes(nodes_q)
     hosts = sorted({r.host for r in w.ranks if r.host})
     agent_sel = job_sel
     if job and hosts and not (w.gpus or w.nodes):   # the agent's series carry no job label: by host
         sel = Qb.hosts_matcher(hosts)
-        w.gpus = parse_gpus(client.query(Qb.gpu_summary(sel, dur, sub), time=end))
-        w.nodes = parse_nodes(client.query(Qb.node_summary(sel, dur), time=end))
+        w.gpus = parse_gpus(client.query(Qb.gpu_summary(sel, tdur, tsub), time=b))
+        w.nodes = parse_nodes(client.query(Qb.node_summary(sel, tdur), time=b))
         if w.gpus or w.nodes:
             agent_sel = sel
     if agent_sel != job_sel:
         w.notes.append("the agent's series carry no job label: read by the hosts of the job's ranks")
+    if w.gpus or w.nodes:
+        w.agent = True
     what = f"job {job!r}" if job else "any job"
     if not (w.ranks or w.gpus or w.nodes):
         raise DiagnoseError(f"empty window: no otel-gpu series for {what} between "
@@ -67,9 +75,7 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
                             f"(otelgpu_train_steps_total): instrument the training loop (otel_gpu.training) "
                             f"or pass --gpu-only")
     w.interval_s = estimate_interval(w.ranks, w.gpus)
-    for x in [*w.ranks, *w.gpus]:   # a series that ended before the window did: its last point from its count
-        if x.last_t is None and x.first_t is not None and x.samples:
-            x.last_t = x.first_t + (x.samples - 1) * w.interval_s
+    _last_from_count(w.gpus, w.interval_s)
     if any(r.saves for r in w.ranks):
         ranges = parse_save_ranges(client.query(Qb.checkpoint_times(job_sel, dur), time=end), start, end)
         for r in w.ranks:
@@ -81,6 +87,13 @@ def fetch_window(client: PromClient, job: str | None, start: float, end: float, 
     if len(w.ranks) > 1 and all(r.collective_s is not None for r in w.ranks):
         w.busy = parse_busy(client.query_range(Qb.rank_busy(job_sel, smooth), start, end, res), w.timeline.t)
     return w
+
+
+def _last_from_count(xs, interval_s: float) -> None:
+    """A series that ended before the window did: its last point from its count of points."""
+    for x in xs:
+        if x.last_t is None and x.first_t is not None and x.samples:
+            x.last_t = x.first_t + (x.samples - 1) * interval_s
 
 
 def only_job(client: PromClient, end: float, dur: float) -> str | None:

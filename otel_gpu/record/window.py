@@ -23,6 +23,7 @@ from ..diagnose.window import resolution
 from .reader import Recording, Series, Summary
 
 VIRTUAL = re.compile(r"^(|lo|docker.*|veth.*|virbr.*|br-.*|cni.*|flannel.*)$")
+AGENT_LOG = "agent.log"   # `otel-gpu run` writes the node agent's messages here when it starts one
 LOOKBACK_S = 300.0   # an instant vector's lookback (Prometheus' default)
 
 
@@ -99,6 +100,7 @@ def gpus_of(rec: Recording, start: float, end: float) -> list[GpuStats]:
     by = (N.HOST, N.HW_ID, N.GPU_INDEX)
     g = lambda spec, keep=lambda s: True: _group([x for x in rec.summaries(spec.name, start, end) if keep(x[0])], by)  # noqa: E731
     util, sm, power, plimit = g(N.GPU_UTILIZATION), g(N.GPU_SM_ACTIVITY), g(N.GPU_POWER), g(N.GPU_POWER_LIMIT)
+    tensor, dram, occ = g(N.GPU_TENSOR_ACTIVITY), g(N.GPU_DRAM_ACTIVITY), g(N.GPU_SM_OCCUPANCY)
     temp, mem, mlimit, procs = g(N.GPU_TEMPERATURE), g(N.GPU_MEMORY_USAGE), g(N.GPU_MEMORY_LIMIT), g(N.GPU_PROCESS_MEMORY)
     clock = g(N.GPU_CLOCK, lambda s: s.get(N.CLOCK_DOMAIN) == "sm")
     events = g(N.GPU_CLOCK_EVENT, lambda s: s.get(N.CLOCK_REASON) in THROTTLE_REASONS)
@@ -114,7 +116,8 @@ def gpus_of(rec: Recording, start: float, end: float) -> list[GpuStats]:
                        key=lambda r: int(r) if r.isdigit() else 1 << 30)
         ms = [st for _, st in mem.get(key, [])]
         out.append(GpuStats(
-            host=host, gpu=index, uuid=uuid, util=means(util, key), sm=means(sm, key), power_w=means(power, key),
+            host=host, gpu=index, uuid=uuid, util=means(util, key), sm=means(sm, key), tensor=means(tensor, key),
+            dram=means(dram, key), occupancy=means(occ, key), power_w=means(power, key),
             power_limit_w=peaks(plimit, key), temp_c=means(temp, key), temp_max_c=peaks(temp, key),
             clock_hz=means(clock, key), clock_max_hz=peaks(clock, key), mem_used_b=peaks(mem, key),
             mem_limit_b=peaks(mlimit, key), throttle={k: mean(v) for k, v in throttle.items()}, ranks=ranks,
@@ -152,10 +155,10 @@ def nodes_of(rec: Recording, start: float, end: float) -> list[NodeStats]:
         hosts[h]["swap_used"] = max(st.max for _, st in ss)
     for h, ss in per_host(N.PAGING_OPERATIONS).items():
         hosts[h]["swap_rate"] = _agg((st.rate for _, st in ss), sum)
-    for h, ss in per_host(N.NET_ERRORS).items():
-        hosts[h]["nic_errors"] = sum(st.last for _, st in ss)   # delta(): the series started inside the window
-    for h, ss in per_host(N.IB_ERRORS).items():
-        hosts[h]["ib_errors"] = sum(st.last for _, st in ss)
+    for spec, key in ((N.NET_ERRORS, "nic_errors"), (N.IB_ERRORS, "ib_errors")):   # delta()
+        before = {(s.get(N.HOST), tuple(sorted(s.attrs.items()))): st.last for s, st in rec.summaries(spec.name, None, start)}
+        for h, ss in per_host(spec).items():
+            hosts[h][key] = sum(max(0.0, st.last - before.get((h, tuple(sorted(s.attrs.items()))), 0.0)) for s, st in ss)
     for h, ss in per_host(N.IB_IO).items():
         hosts[h]["ib_rate"] = by_dir_max_sum(ss)
     for h, ss in per_host(N.NET_LIMIT, lambda s: bool(s.get(N.IB_DEVICE))).items():
@@ -300,6 +303,8 @@ def profile_of(rec: Recording) -> P.ProfileSummary | None:
     # the summary groups by rank and asks only whether a sample carries a phase: merge the rest first
     merged: dict[tuple, int] = defaultdict(int)
     for stack, value, labels, _unit in rec.profile_stacks():
+        if P.is_helper(stack, labels):    # otel-gpu's own threads, by name or frames, before the names go
+            continue
         merged[(tuple(stack), labels.get(P.PHASE_LABEL) is not None, labels.get("rank") or "all")] += value
     rows = [(list(reversed(stack)), value, {"rank": rank, **({P.PHASE_LABEL: "1"} if tagged else {})}, {})
             for (stack, tagged, rank), value in merged.items()]
@@ -313,7 +318,14 @@ def recorded_window(rec: Recording, *, require_steps: bool = True, with_profile:
         raise DiagnoseError(f"empty recording: no points in {', '.join(map(str, rec.dirs))}")
     start, end = span
     w = Window(job=rec.job, start=start, end=end)
-    w.ranks, w.gpus, w.nodes = ranks_of(rec, start, end), gpus_of(rec, start, end), nodes_of(rec, start, end)
+    w.source = "recording"
+    w.ranks = ranks_of(rec, start, end)
+    # GPU and node numbers over training time (first step to last step), as fetch_window's queries
+    w.interval_s = estimate_interval(w.ranks, [])
+    w.set_training_span()
+    a, b = w.summary_span()
+    w.gpus, w.nodes = gpus_of(rec, a, b), nodes_of(rec, a, b)
+    w.agent = bool(w.gpus or w.nodes) or any((d / AGENT_LOG).exists() for d in rec.dirs)
     if not (w.ranks or w.gpus or w.nodes):
         raise DiagnoseError(f"empty recording: no otel-gpu series in {', '.join(map(str, rec.dirs))}")
     if require_steps and not w.ranks:

@@ -47,6 +47,14 @@ def test_recorded_and_prometheus_findings_agree(victoriametrics, tmp_path):
         assert a.collective_by_kind.keys() == b.collective_by_kind.keys()
         assert a.saves == b.saves and len(a.save_ranges) == len(b.save_ranges)
     assert w.busy.keys() == served.window.busy.keys() == {"0", "1"}
+    # GPU numbers over the same training time (the first step to the last), GPM tensor/DRAM/occupancy included
+    s = served.window
+    assert w.train_start == pytest.approx(s.train_start, abs=w.interval_s) and w.train_start > w.start + 1.0
+    assert w.train_end == pytest.approx(s.train_end, abs=w.interval_s)
+    assert [g.name for g in w.gpus] == [g.name for g in s.gpus] and len(w.gpus) == 2
+    for a, b in zip(w.gpus, s.gpus):
+        for key in ("util", "sm", "tensor", "dram", "occupancy"):
+            assert getattr(a, key) is not None and getattr(a, key) == pytest.approx(getattr(b, key), abs=0.03), key
     for f, g in zip(recorded.findings, served.findings):
         if f.lost_share is not None and g.lost_share is not None:
             assert f.lost_share == pytest.approx(g.lost_share, abs=0.03), (f.rule, f.lost_share, g.lost_share)
