@@ -47,7 +47,7 @@ def _link(w: Window) -> tuple[float | None, str]:
 
 
 def _measured(w: Window) -> tuple[float, float, dict[str, float]] | None:
-    """(seconds per step every rank waits in collectives, median step seconds, seconds per step by kind of
+    """(seconds per step every rank waits in collectives, mean step seconds (median over ranks), seconds per step by kind of
     the least-waiting rank) when every rank reports its collective wait; else None."""
     ranks = [r for r in w.ranks if r.step_count > 0 and r.mean_step_s]
     if not ranks or any(r.collective_s is None for r in ranks):
@@ -123,7 +123,7 @@ def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
         basis="the least collective wait per step of any rank (what every rank waits; waits beyond it are "
               "imbalance, see the straggler rule) x steps x ranks",
         where={"ranks": sorted({r.rank for r in w.ranks if r.step_count > 0}, key=_rank_order)},
-        evidence={"wait_share": round(share, 4), "wait_per_step_s": round(floor, 6), "median_step_s": round(step, 6),
+        evidence={"wait_share": round(share, 4), "wait_per_step_s": round(floor, 6), "mean_step_s": round(step, 6),
                   "by_kind_s": {k: round(v, 6) for k, v in kinds.items()}, "link_busy": busy, "bound": kind,
                   "zero": zero, "profile_source": p.source if p is not None else None,
                   "top_functions": dict((fn, round(v, 4)) for fn, v in p.top_comm(4)) if p is not None else {}},

@@ -111,12 +111,12 @@ def straggler(w: Window, th: Thresholds, ranks: list[RankStats], consistency, ca
               f"in NCCL collectives" + (f" ({phase.replace('_', ' ')} grew)" if located else ""),
         severity=severity_for(share, sev["warning_share"], sev["critical_share"]),
         confidence="high" if points >= MIN_POINTS else "medium",
-        seen=f"GPU-timed collective time per step (median step {fmt.secs(step)}): {table}. Rank {name} spends "
+        seen=f"GPU-timed collective time per step (mean step {fmt.secs(step)}, median over ranks): {table}. Rank {name} spends "
              f"{fmt.secs(late)} less per step in collectives than the others' median: they start them and wait for "
              f"it; {arrived}; {where}. {OVERLAP_NOTE}"
              + (f"; on its node: {'; '.join(found)}" if found else "; no hardware anomaly seen on its node"),
         why=f"the other {len(others)} rank(s) wait for it in every collective: about {fmt.gpu_time(lost, w.unit)} "
-            f"({fmt.pct(share)} of the median step)",
+            f"({fmt.pct(share)} of the mean step)",
         action=action(name, r.host, phase if located else "gpu", found),
         lost_s=lost, lost_share=share,
         basis="GPU-timed collective time per step (NCCL Flight Recorder): each other rank's excess over the least "
@@ -124,7 +124,7 @@ def straggler(w: Window, th: Thresholds, ranks: list[RankStats], consistency, ca
               "collectives do not overlap compute; an upper bound when they do",
         where={"ranks": [name], "nodes": [r.host]},
         evidence={"lateness_s": round(late, 6), "collective_basis": "gpu", "arrived_last_share": round(held, 3),
-                  "points": points, "median_step_s": round(step, 6),
+                  "points": points, "mean_step_s": round(step, 6),
                   "collective_per_step_s": {k: round(v, 6) for k, v in coll.items()},
                   "phase": phase if located else None, "growth_by_phase_s": {k: round(v, 6) for k, v in grew.items()},
                   "candidate_causes": found},
@@ -189,7 +189,7 @@ def comm(w: Window, th: Thresholds, ranks: list[RankStats], link, action, bound)
               "others in it) x steps x ranks; an upper bound, as overlap with compute is not measured",
         where={"ranks": sorted((r.rank for r in ranks), key=lambda x: (int(x) if x.isdigit() else 1 << 30, x))},
         evidence={"collective_basis": "gpu", "comm_share": round(share, 4), "comm_per_step_s": round(floor, 6),
-                  "median_step_s": round(step, 6), "by_kind_s": {k: round(v, 6) for k, v in kinds.items()},
+                  "mean_step_s": round(step, 6), "by_kind_s": {k: round(v, 6) for k, v in kinds.items()},
                   "exposed": None, "exposure": "not measured", "link_busy": busy, "bound": kind, "zero": zero,
                   "wait_beyond_per_rank_s": {k: round(v, 6) for k, v in waits.items()}},
         tune_space=space if zero else None,

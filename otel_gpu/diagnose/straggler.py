@@ -118,7 +118,7 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
               f"{CAUSE.get(phase, phase)}; the others wait {fmt.secs(late)} per step for it",
         severity=severity_for(share, sev["warning_share"], sev["critical_share"]),
         confidence="high" if consistent and points >= MIN_POINTS else "medium",
-        seen=f"per step (median step {fmt.secs(step)}): {table}. Rank {name} is busy {fmt.secs(late)} longer than the "
+        seen=f"per step (mean step {fmt.secs(step)}, median over ranks): {table}. Rank {name} is busy {fmt.secs(late)} longer than the "
              f"others and waits {fmt.secs(max(0.0, waited))} less in collectives; its {phase.replace('_', ' ')} time "
              f"grew by {fmt.secs(grew[phase])}"
              + (f"; on its node: {'; '.join(causes)}" if causes else "; no hardware anomaly seen on its node"),
@@ -131,7 +131,7 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
               + (f"; the busiest rank at {fmt.pct(held, 0)} of {points} points in time" if points else ""),
         where={"ranks": [name], "nodes": [r.host]},
         evidence={"lateness_s": round(late, 6), "phase": phase, "consistency": round(held, 3), "points": points, "phase_growth_s": round(grew[phase], 6),
-                  "median_step_s": round(step, 6), "per_rank": per_rank,
+                  "mean_step_s": round(step, 6), "per_rank": per_rank,
                   "growth_by_phase_s": {k: round(v, 6) for k, v in grew.items()}, "candidate_causes": causes},
     )]
 
