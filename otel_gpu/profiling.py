@@ -12,7 +12,9 @@ Settings, chosen so a flame graph shows where a rank *waits*, not only where it 
 
 Series tags (job, node, rank, local_rank, world_size) are set once in `configure()`;
 the phase is a per-thread tag (`add_thread_tag`) set from the same phase hooks as the
-metrics, so a flame graph can be cut to "rank 3, backward".
+metrics, so a flame graph can be cut to "rank 3, backward". Every sample also carries
+`thread_id` and `thread_name` (pyroscope-io's report_thread_id/_name), so a report can leave
+otel-gpu's own threads out and name threads that run native code only (`NativeThreadNames`).
 
 pyroscope-io is not fork-safe: start it in each rank after spawn, never before a fork.
 Configuration: `OTELGPU_PYROSCOPE_URL` (server; unset: no profiling), `OTELGPU_PROFILE`
@@ -21,8 +23,11 @@ Configuration: `OTELGPU_PYROSCOPE_URL` (server; unset: no profiling), `OTELGPU_P
 """
 from __future__ import annotations
 
+import ctypes
 import logging
+import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -90,16 +95,21 @@ class Profiler:
             oncpu=not settings.wall,
             gil_only=not settings.all_threads,
             tags=settings.tags,
+            report_thread_id=True,      # sample label thread_id: the thread's pthread id
+            report_thread_name=True,    # sample label thread_name: its name in `threading`, when it has one
             upload_interval=settings.upload_interval_s,
             enable_logging=False,
         )
         if ok is False:
             raise RuntimeError("pyroscope.configure() refused to start")
         self.running = True
+        self.native_names = NativeThreadNames()
+        self.native_names.refresh()
 
     def phase_changed(self, old: str | None, new: str | None) -> None:
         if not self.running:
             return
+        self.native_names.refresh_every()
         if old is not None:
             self._pyroscope.remove_thread_tag(PHASE_TAG, old)
         if new is not None:
@@ -115,6 +125,7 @@ class Profiler:
         if not self.running:
             return True
         self.running = False
+        self.native_names.clear()
         done = threading.Event()
 
         def stop():
@@ -126,6 +137,94 @@ class Profiler:
             log.warning("otel-gpu: Pyroscope did not answer within %.1f s; last profile dropped", timeout_s)
             return False
         return True
+
+
+class NativeThread(getattr(threading, "_DummyThread", threading.Thread)):  # type: ignore[misc]
+    """A thread started outside `threading` (PyTorch's autograd threads, ...), entered in
+    `threading._active` under its OS name so that the sampler (py-spy reads names there) labels
+    its samples. Python does the same, named "Dummy-N", when such a thread calls `threading`."""
+
+    def __init__(self, ident: int, name: str):  # noqa: D107 - _DummyThread.__init__ would take the caller's id
+        threading.Thread.__init__(self, name=name, daemon=True)
+        self._started.set()
+        self._ident = ident
+
+
+class NativeThreadNames:
+    """Names, for the profile, the threads that hold a Python thread state but run no Python frame.
+
+    Found as the thread ids `sys._current_exceptions()` knows (every thread state) and
+    `sys._current_frames()` does not (those running Python); named by `pthread_getname_np` when
+    the OS name differs from the process's (else left unnamed: the report says so). Checked at
+    start and then at most every `every_s` seconds from the phase hooks (no thread of its own).
+    """
+
+    def __init__(self, every_s: float = 2.0):
+        self.every_s = every_s
+        self._next = 0.0
+        self._getname = _pthread_getname()
+        self.named: dict[int, str] = {}
+
+    def refresh_every(self) -> None:
+        now = time.monotonic()
+        if now >= self._next:
+            self._next = now + self.every_s
+            self.refresh()
+
+    def refresh(self) -> None:
+        try:
+            self._refresh()
+        except (AttributeError, TypeError, ValueError, OSError) as exc:   # another Python's `threading`: stop naming
+            log.warning("otel-gpu: native threads left unnamed in profiles: %r", exc)
+            self._getname = None
+
+    def _refresh(self) -> None:
+        current = getattr(sys, "_current_exceptions", None)
+        if current is None or self._getname is None:
+            return
+        states = set(current())
+        running_python = set(sys._current_frames())
+        process_name = self._getname(threading.main_thread().ident)
+        active = threading._active  # type: ignore[attr-defined]
+        with threading._active_limbo_lock:  # type: ignore[attr-defined]
+            for ident in list(self.named):          # threads gone (or taken over by `threading`): forgotten
+                ours = isinstance(active.get(ident), NativeThread)
+                if ident not in states or not ours:
+                    if ours:
+                        del active[ident]
+                    del self.named[ident]
+            for ident in states - running_python - set(active) - set(self.named):
+                name = self._getname(ident)
+                if name and name != process_name:
+                    active[ident] = NativeThread(ident, name)
+                    self.named[ident] = name
+
+    def clear(self) -> None:
+        """Take every entry this made out of `threading`'s table."""
+        active = threading._active  # type: ignore[attr-defined]
+        with threading._active_limbo_lock:  # type: ignore[attr-defined]
+            for ident in self.named:
+                if isinstance(active.get(ident), NativeThread):
+                    del active[ident]
+            self.named.clear()
+
+
+def _pthread_getname():
+    """`pthread_getname_np` as ident -> OS thread name (None: unreadable), or None without one."""
+    try:
+        fn = ctypes.CDLL(None).pthread_getname_np
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_ulong, ctypes.c_char_p, ctypes.c_size_t]
+    fn.restype = ctypes.c_int
+
+    def name(ident: int | None) -> str | None:
+        buf = ctypes.create_string_buffer(16)
+        if ident is None or fn(ident, buf, len(buf)) != 0:
+            return None
+        return buf.value.decode("utf-8", "replace") or None
+
+    return name
 
 
 def start(settings: ProfileSettings | None) -> Profiler | None:

@@ -4,7 +4,8 @@
 threads, of those waiting in communication, and self/total weight per function. Training
 threads are those whose samples carry the phase tag that `otel_gpu.training` sets, plus any
 thread inside a communication function (autograd threads blocked in a gather carry no tag);
-idle helper threads (exporters, pin-memory, the profiler itself) are left out.
+otel-gpu's own threads (exporters, the profiler's) are left out, as the report's flame graphs
+leave them out (one definition: otel_gpu.profile_threads.is_own).
 
 Built from pprof samples as the pyroscope-io agent pushes them (`from_samples`), or from
 Pyroscope's render API flame graph (`from_flamebearer`, `fetch_pyroscope`).
@@ -17,13 +18,12 @@ from typing import Iterable, Mapping, Sequence
 
 import httpx
 
+from ..profile_threads import is_own
+
 # Collectives and ZeRO parameter-fetch / gradient-partition functions (matched in frame names).
 COMM = re.compile(
     r"fetch_sub_module|reduce_and_partition_ipg_grads|reduce_ipg_grads|all_?gather|all_?reduce|"
     r"reduce_?scatter|all_?to_?all|(^|\.)_*(broadcast\w*|barrier|i?send|i?recv)$", re.I)
-# Frames of threads that are never training: the OpenTelemetry exporter's thread sends over HTTP
-# (`Session.send` would match the communication pattern above).
-NOT_TRAINING = re.compile(r"(^|\.)(_ticker|_receive_metrics)$")
 ZERO = re.compile(r"fetch_sub_module|reduce_and_partition_ipg_grads|reduce_ipg_grads|partition_param|_allgather_param", re.I)
 PHASE_LABEL = "phase"
 NS = 1e-9
@@ -33,9 +33,10 @@ def is_comm(function: str) -> bool:
     return bool(COMM.search(function))
 
 
-def is_helper(stack: Sequence[str]) -> bool:
-    """True for a stack of a thread that never trains (the metrics exporter's)."""
-    return any(NOT_TRAINING.search(f) for f in stack)
+def is_helper(stack: Sequence[str], labels: Mapping[str, str] | None = None) -> bool:
+    """True for a sample of otel-gpu's own threads (the metrics exporter's sends over HTTP:
+    `Session.send` would match the communication pattern above)."""
+    return is_own(stack, labels or {})
 
 
 @dataclass
@@ -83,7 +84,7 @@ def from_samples(samples: Iterable[tuple[Sequence[str], float, Mapping[str, str]
     """From (stack leaf-first, value, sample labels, series labels); values in `unit_s` seconds."""
     out = ProfileSummary("pprof", group_label)
     for stack, value, labels, series in samples:
-        if is_helper(stack):
+        if is_helper(stack, {**series, **labels}):
             continue
         comm = any(is_comm(f) for f in stack)
         if not comm and PHASE_LABEL not in labels:

@@ -1,8 +1,12 @@
-"""What a report shows, computed from a recording (pure over a `Recording`): time series on one
-grid per plot, flame graph trees per rank and phase, and the run's summary numbers.
+"""What a report's plots show, computed from a recording (pure over a `Recording`): every series on
+one cell grid per report, each value over the interval it describes (report/align.py).
 
-Every plot is `{"id", "title", "unit", "x": [unix s], "series": [{"label", "values", "dash"}]}`
-with None where a series has no value; counters become rates over the grid step.
+Every plot is `{"id", "title", "unit", "stacked", "x": [cell edges, unix s], "series": [{"label",
+"values", "dash", "group"}], "axis", "bands"}`: `values[i]` is the mean over (x[i], x[i+1]] (the last
+repeats the one before, so a step drawing reaches the axis' end), None where nothing was recorded;
+counters become rates. `axis` says where time 0 is (the first training step) and how much start-up
+before it is left out; `bands` are the checkpoint saves, shaded on every plot. A plot with no data
+carries `empty`: why.
 """
 from __future__ import annotations
 
@@ -14,39 +18,20 @@ import numpy as np
 
 from .. import names as N
 from ..record.reader import Recording, Series
-from ..record.window import VIRTUAL
+from ..record.window import VIRTUAL, save_ranges_of
 from ..diagnose.gpu_waits import REASON_TEXT
+from . import align as A
 
-MAX_POINTS = 600          # grid points per plot over the whole run
-MIN_STEP_S = 0.25         # finest grid step: counters are linear between their points, so rates stay exact
 PHASE_ORDER = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
+UNPHASED = "unphased"
 COLLECTIVE_TITLES = {   # by the bases present: host-blocked (gloo) and GPU-timed (NCCL) seconds are never added
     frozenset({"host"}): "Time blocked in collectives per rank (share of wall time; host clock)",
     frozenset({"gpu"}): "Time in NCCL collectives per rank (share of wall time; GPU-timed, waiting for the last rank "
                         "included, may overlap compute)",
-    frozenset(): "Time in collectives per rank (share of wall time; host-blocked solid, GPU-timed dashed)",
+    frozenset({"host", "gpu"}): "Time in collectives per rank (share of wall time; host-blocked solid, GPU-timed dashed)",
+    frozenset(): "Time in collectives per rank (share of wall time)",
 }
-
-
-def grid_of(start: float, end: float) -> np.ndarray:
-    """Times (unix s) every `step` from start to end: at most MAX_POINTS, at least MIN_STEP_S apart."""
-    step = max(MIN_STEP_S, (end - start) / MAX_POINTS)
-    return start + step * np.arange(int((end - start) / step) + 1)
-
-
-def _interp(s: Series, grid: np.ndarray, values=None) -> np.ndarray:
-    a = np.asarray(s.points, dtype=float)
-    v = a[:, 1] if values is None else np.asarray(values, dtype=float)
-    return np.interp(grid, a[:, 0], v, left=np.nan, right=np.nan)
-
-
-def _delta(x: np.ndarray) -> np.ndarray:
-    return np.concatenate([[np.nan], np.diff(x)])
-
-
-def _rate(s: Series, grid: np.ndarray) -> np.ndarray:
-    step = grid[1] - grid[0] if len(grid) > 1 else 1.0
-    return np.maximum(_delta(_interp(s, grid)), 0) / step
+GAUGE_KINDS = ("gauge", "updowncounter")
 
 
 def _sum(arrays: list[np.ndarray], n: int) -> np.ndarray:
@@ -56,8 +41,18 @@ def _sum(arrays: list[np.ndarray], n: int) -> np.ndarray:
     return np.where(np.all(np.isnan(a), axis=0), np.nan, np.nansum(a, axis=0))
 
 
+def _rows(arrays: list[np.ndarray], fn) -> np.ndarray:
+    """`fn` (np.nanmean, np.nanmax) across series at each cell; NaN where none has a value."""
+    a = np.vstack(arrays)
+    out = np.full(a.shape[1], np.nan)
+    has = ~np.all(np.isnan(a), axis=0)
+    out[has] = fn(a[:, has], axis=0)
+    return out
+
+
 def _values(a: np.ndarray, digits: int = 4) -> list[float | None]:
-    return [None if math.isnan(x) else float(f"{x:.{digits}g}") for x in a]
+    out = [None if math.isnan(x) else float(f"{x:.{digits}g}") for x in a]
+    return out + out[-1:]   # the last cell's value again at the axis' end
 
 
 def _num_key(text: str):
@@ -71,113 +66,183 @@ def _by(series: list[Series], *keys: str) -> dict[tuple, list[Series]]:
     return dict(sorted(out.items(), key=lambda kv: [_num_key(x) for x in kv[0]]))
 
 
-def _plot(pid: str, title: str, unit: str, grid: np.ndarray, series: list[tuple[str, np.ndarray, bool]],
-          stacked: bool = False) -> dict:
-    return {"id": pid, "title": title, "unit": unit, "stacked": stacked, "x": [round(float(t), 3) for t in grid],
-            "series": [{"label": label, "values": _values(v), "dash": dash} for label, v, dash in series]}
-
-
 def rank_label(host: str, rank: str, hosts: int) -> str:
     return f"rank {rank}" if hosts <= 1 else f"{host} rank {rank}"
 
 
-def _rows(arrays: list[np.ndarray], fn) -> np.ndarray:
-    """`fn` (np.nanmean, np.nanmax) across series at each grid point; NaN where none has a value."""
-    a = np.vstack(arrays)
-    out = np.full(a.shape[1], np.nan)
-    has = ~np.all(np.isnan(a), axis=0)
-    out[has] = fn(a[:, has], axis=0)
+def _tv(s: Series) -> tuple[np.ndarray, np.ndarray]:
+    a = np.asarray(s.points, dtype=float)
+    return a[:, 0], a[:, 1]
+
+
+class Cells:
+    """The report's time cells and the recording read onto them (one point per half cell on long runs)."""
+
+    def __init__(self, rec: Recording, t0: float, end: float):
+        self.rec, self.t0, self.end = rec, t0, end
+        self.edges = A.cell_edges(t0, max(end, t0 + A.MIN_CELL_S))
+        self.n = len(self.edges) - 1
+        width = self.edges[1] - self.edges[0]
+        self._step = width / 2 if width > A.MIN_CELL_S * 1.01 else None
+
+    def series(self, metric: str) -> list[Series]:
+        """Every series of `metric`, with one interval of points before time 0 (the one that ends in it)."""
+        return self.rec.series(metric, self.t0 - 30.0, self.end, step=self._step)
+
+    def gauge(self, s: Series) -> np.ndarray:
+        return A.on_cells(A.gauge_segments(*_tv(s)), self.edges)
+
+    def rate(self, s: Series, zero_at: float | None = None, max_rate: float | None = None) -> np.ndarray:
+        return A.on_cells(A.counter_segments(*_tv(s), zero_at=zero_at, max_rate=max_rate), self.edges)
+
+    def value(self, s: Series) -> np.ndarray:
+        """A gauge's mean or a counter's rate per cell, by the series' kind."""
+        return self.gauge(s) if s.kind in GAUGE_KINDS else self.rate(s)
+
+
+def plot(pid: str, title: str, unit: str, cells: Cells, series: list[tuple], stacked: bool = False,
+         empty: str = "") -> dict:
+    """A plot; `series` are (label, values per cell, dashed, group) with group optional (colour key)."""
+    out = {"id": pid, "title": title, "unit": unit, "stacked": stacked,
+           "x": [round(float(t), 3) for t in cells.edges],
+           "series": [{"label": s[0], "values": _values(s[1]), "dash": s[2], "group": s[3] if len(s) > 3 else s[0]}
+                      for s in series]}
+    if empty and not any(np.any(~np.isnan(s[1])) for s in series):
+        out["empty"] = empty
     return out
 
 
-class _Bucketed:
-    """The recording read with one point per series and grid step (what a plot can show)."""
+def first_step(rec: Recording, start: float, end: float) -> float | None:
+    """When the first training step began (unix s), over all ranks (align.first_step_start on each
+    rank's step-time histogram); else the step counter's first export."""
+    step = max(end - start, 1.0) / 2000   # one point per step-long bucket: still (export, sum) pairs
+    starts = [A.first_step_start(*_tv(s)) for s in rec.series(N.TRAIN_STEP_DURATION.name, start, end, step=step)]
+    starts = [x for x in starts if x is not None]
+    if not starts:
+        starts = [st.first_t for _, st in rec.summaries(N.TRAIN_STEPS.name)]
+    return min(starts) if starts else None
 
-    def __init__(self, rec: Recording, start: float, end: float, step: float):
-        self.rec, self.start, self.end, self.step = rec, start, end, step
 
-    def series(self, metric: str) -> list[Series]:
-        return self.rec.series(metric, self.start, self.end, step=self.step)
-
-    def metrics(self) -> list[str]:
-        return self.rec.metrics()
+def save_bands(rec: Recording, start: float, end: float) -> list[dict]:
+    """Checkpoint saves of any rank (start, end unix s), overlapping ones merged, for shading."""
+    ranges = sorted(r for rs in save_ranges_of(rec, start, end).values() for r in rs)
+    merged: list[list[float]] = []
+    for a, b in ranges:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return [{"from": round(a, 3), "to": round(b, 3), "label": "checkpoint save"} for a, b in merged]
 
 
 def plots(rec: Recording, start: float, end: float) -> list[dict]:
-    grid = grid_of(start, end)
-    n, step = len(grid), (grid[1] - grid[0] if len(grid) > 1 else 1.0)
-    rec = _Bucketed(rec, start, end, step) if step > MIN_STEP_S else rec
+    """Every plot of the report over [first step, end] (the recording's start when no step was recorded)."""
+    from .gpu_plots import gpu_plots   # GPU panels live beside this module; they use its helpers
+    t_first = first_step(rec, start, end)
+    t0 = t_first if t_first is not None and start <= t_first < end else start
+    cells = Cells(rec, t0, end)
+    axis = {"t0": round(t0, 3), "end": round(end, 3), "startup_s": round(t0 - start, 3),
+            "basis": "first step" if t0 != start or t_first is not None else "recording start"}
+    bands = save_bands(rec, start, end)
     hosts = len({s.get(N.HOST) for s in rec.series(N.TRAIN_STEPS.name)}) or 1
-    out = []
+    out = gpu_plots(cells) + training_plots(cells, hosts) + node_plots(cells)
+    for p in out:
+        p["axis"], p["bands"] = axis, bands
+    return out
 
-    gpu = []
-    util, sm = _by(rec.series(N.GPU_UTILIZATION.name), N.HOST, N.GPU_INDEX), _by(rec.series(N.GPU_SM_ACTIVITY.name), N.HOST, N.GPU_INDEX)
-    for key in sorted(set(util) | set(sm), key=lambda k: [_num_key(x) for x in k]):
-        name = f"gpu{key[1]}" if len({k[0] for k in util} | {k[0] for k in sm}) <= 1 else f"{key[0]}/gpu{key[1]}"
-        for what, table, dash in (("util", util, False), ("SM active", sm, True)):
-            if key in table:
-                gpu.append((f"{name} {what}", _rows([_interp(s, grid) for s in table[key]], np.nanmean), dash))
-    out.append(_plot("gpu", "GPU utilization (solid) and SM activity (dashed), per GPU", "share", grid, gpu))
+
+def _rank_times(cells: Cells, *groups: list[Series]) -> dict[tuple, np.ndarray]:
+    """(host, rank) -> the times its training metrics were exported (all share one reader)."""
+    times: dict[tuple, set] = defaultdict(set)
+    for ss in groups:
+        for s in ss:
+            times[(s.get(N.HOST), s.get(N.RANK))].update(t for t, _ in s.points)
+    return {k: np.asarray(sorted(v)) for k, v in times.items()}
+
+
+def _zero_at(s: Series, times: dict[tuple, np.ndarray]) -> float:
+    """When a training counter was still zero: its rank's export before the counter's first point
+    (a training counter is exported from its first non-zero value on), else one interval before it."""
+    t = times.get((s.get(N.HOST), s.get(N.RANK)), np.empty(0))
+    first = s.points[0][0]
+    before = t[t < first - 1e-6]
+    return float(before[-1]) if len(before) else first - A.typical_interval(t)
+
+
+def training_plots(cells: Cells, hosts: int) -> list[dict]:
+    n, out = cells.n, []
+    hist, phase_series = cells.series(N.TRAIN_STEP_DURATION.name), cells.series(N.TRAIN_PHASE_TIME.name)
+    coll_series = cells.series(N.TRAIN_COLLECTIVE_TIME.name)
+    times = _rank_times(cells, hist, phase_series, coll_series)
 
     steps = []
-    for (host, rank), hs in _by(rec.series(N.TRAIN_STEP_DURATION.name), N.HOST, N.RANK).items():
-        tot = _sum([_delta(_interp(s, grid)) for s in hs], n)
-        cnt = _sum([_delta(_interp(s, grid, s.counts)) for s in hs if len(s.counts) == len(s.points)], n)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            steps.append((rank_label(host, rank, hosts), np.where(cnt > 0.5, tot / cnt, np.nan), False))
-    out.append(_plot("step_time", "Step time per rank (mean over each interval)", "s", grid, steps))
+    for (host, rank), hs in _by(hist, N.HOST, N.RANK).items():
+        per = [A.on_cells(A.step_segments(*_tv(s), s.counts), cells.edges) for s in hs if len(s.counts) == len(s.points)]
+        steps.append((rank_label(host, rank, hosts), _rows(per, np.nanmean) if per else np.full(n, np.nan), False))
+    out.append(plot("step_time", "Step time per rank (each export's steps drawn over the time they ran)", "s",
+                    cells, steps, empty="no training steps recorded"))
 
-    by_phase = _by(rec.series(N.TRAIN_PHASE_TIME.name), N.PHASE)
-    nranks = max(1, len(_by(rec.series(N.TRAIN_STEPS.name), N.HOST, N.RANK)))
+    by_phase = _by(phase_series, N.PHASE)
+    nranks = max(1, len(_by(cells.series(N.TRAIN_STEPS.name), N.HOST, N.RANK)))
     names = [p for p in PHASE_ORDER if (p,) in by_phase] + sorted(p for (p,) in by_phase if p not in PHASE_ORDER)
-    shares = [(p, np.clip(_sum([_rate(s, grid) for s in by_phase[(p,)]], n) / nranks, 0, 1)) for p in names]
+    shares = [(p, np.clip(_sum([cells.rate(s, _zero_at(s, times), max_rate=1.0) for s in by_phase[(p,)]], n)
+                          / nranks, 0, 1)) for p in names]
     if shares:
-        phased = _sum([v for _, v in shares], n)
-        shares.append(("unphased", np.clip(1 - phased, 0, 1)))
+        shares.append((UNPHASED, np.clip(1 - _sum([v for _, v in shares], n), 0, 1)))
     stack, acc = [], np.zeros(n)
     for p, v in shares:
         acc = acc + np.nan_to_num(v)
         stack.append((p, np.where(np.isnan(v), np.nan, acc), False))
-    out.append(_plot("phases", "Phase shares of wall time, all ranks (stacked)", "share", grid, stack, stacked=True))
+    out.append(plot("phases", "Phase shares of wall time, all ranks (stacked)", "share", cells, stack, stacked=True,
+                    empty="no phase recorded"))
 
     coll = []
-    by_basis = _by(rec.series(N.TRAIN_COLLECTIVE_TIME.name), N.HOST, N.RANK, N.COLLECTIVE_BASIS)
+    by_basis = _by(coll_series, N.HOST, N.RANK, N.COLLECTIVE_BASIS)
     bases = {b or "host" for _, _, b in by_basis}
-    for (host, rank, basis), ss in sorted(by_basis.items(), key=lambda kv: [_num_key(x) for x in kv[0]]):
-        label = rank_label(host, rank, hosts) + (" GPU-timed" if (basis or "host") == "gpu" and len(bases) > 1 else "")
-        coll.append((label, _sum([_rate(s, grid) for s in ss], n), (basis or "host") == "gpu" and len(bases) > 1))
-    plot = _plot("collective", COLLECTIVE_TITLES.get(frozenset(bases), COLLECTIVE_TITLES[frozenset()]), "share", grid, coll)
+    for (host, rank, basis), ss in by_basis.items():
+        gpu = (basis or "host") == "gpu" and len(bases) > 1
+        label = rank_label(host, rank, hosts) + (" GPU-timed" if gpu else "")
+        coll.append((label, _sum([cells.rate(s, _zero_at(s, times)) for s in ss], n), gpu, rank_label(host, rank, hosts)))
+    p = plot("collective", COLLECTIVE_TITLES.get(frozenset(bases), COLLECTIVE_TITLES[frozenset({"host", "gpu"})]),
+             "share", cells, coll)
     if not coll:
-        plot["empty"] = collective_empty_reason(rec)
-    out.append(plot)
+        p["empty"] = collective_empty_reason(cells.rec)
+    out.append(p)
+    return out
 
+
+def node_plots(cells: Cells) -> list[dict]:
+    n, out = cells.n, []
     net = []
-    multi = len({s.get(N.HOST) for s in rec.series(N.NET_IO.name)}) > 1
-    for (host,), ss in _by([s for s in rec.series(N.NET_IO.name) if not VIRTUAL.match(s.get(N.IFACE))], N.HOST).items():
+    multi = len({s.get(N.HOST) for s in cells.series(N.NET_IO.name)}) > 1
+    pre = lambda host: f"{host} " if multi else ""   # noqa: E731
+    for (host,), ss in _by([s for s in cells.series(N.NET_IO.name) if not VIRTUAL.match(s.get(N.IFACE))], N.HOST).items():
         for d in ("receive", "transmit"):
-            net.append((f"{host + ' ' if multi else ''}ethernet {d}", _sum([_rate(s, grid) for s in ss if s.get(N.DIRECTION) == d], n), False))
-    for (host,), ss in _by(rec.series(N.IB_IO.name), N.HOST).items():
+            net.append((f"{pre(host)}ethernet {d}", _sum([cells.rate(s) for s in ss if s.get(N.DIRECTION) == d], n), False))
+    for (host,), ss in _by(cells.series(N.IB_IO.name), N.HOST).items():
         for d in ("receive", "transmit"):
-            net.append((f"{host + ' ' if multi else ''}InfiniBand {d}", _sum([_rate(s, grid) for s in ss if s.get(N.DIRECTION) == d], n), False))
-    for (host,), ss in _by(rec.series(N.NET_LIMIT.name), N.HOST).items():
+            net.append((f"{pre(host)}InfiniBand {d}", _sum([cells.rate(s) for s in ss if s.get(N.DIRECTION) == d], n), False))
+    for (host,), ss in _by(cells.series(N.NET_LIMIT.name), N.HOST).items():
         ib = [s for s in ss if s.get(N.IB_DEVICE)]
         eth = [s for s in ss if not s.get(N.IB_DEVICE) and not VIRTUAL.match(s.get(N.IFACE))]
         for what, group in (("InfiniBand", ib), ("ethernet", eth)):
             if group:
-                net.append((f"{host + ' ' if multi else ''}{what} link speed", _sum([_interp(s, grid) for s in group], n), True))
-    out.append(_plot("network", "Network and InfiniBand throughput against link speed (dashed)", "B/s", grid, net))
+                net.append((f"{pre(host)}{what} link speed", _sum([cells.gauge(s) for s in group], n), True))
+    out.append(plot("network", "Network and InfiniBand throughput against link speed (dashed)", "B/s", cells, net,
+                    empty="no network interface recorded (no node agent ran)"))
 
     disk = []
-    for (host, d), ss in _by(rec.series(N.DISK_IO.name), N.HOST, N.DISK_DIRECTION).items():
-        disk.append((f"{host + ' ' if multi else ''}{d}", _sum([_rate(s, grid) for s in ss], n), False))
-    out.append(_plot("disk", "Disk read / write", "B/s", grid, disk))
+    for (host, d), ss in _by(cells.series(N.DISK_IO.name), N.HOST, N.DISK_DIRECTION).items():
+        disk.append((f"{pre(host)}{d}", _sum([cells.rate(s) for s in ss], n), False))
+    out.append(plot("disk", "Disk read / write", "B/s", cells, disk, empty="no disk recorded (no node agent ran)"))
 
     cpu = []
-    for (host,), ss in _by([s for s in rec.series(N.CPU_UTILIZATION.name) if s.get(N.CPU_MODE) == "idle"], N.HOST).items():
-        cpu.append((f"{host + ' ' if multi else ''}CPU busy", 1 - _rows([_interp(s, grid) for s in ss], np.nanmean), False))
-    for (host,), ss in _by(rec.series(N.MEMORY_UTILIZATION.name), N.HOST).items():
-        cpu.append((f"{host + ' ' if multi else ''}memory used", _rows([_interp(s, grid) for s in ss], np.nanmax), True))
-    out.append(_plot("cpu_mem", "CPU busy and memory used, per node", "share", grid, cpu))
+    for (host,), ss in _by([s for s in cells.series(N.CPU_UTILIZATION.name) if s.get(N.CPU_MODE) == "idle"], N.HOST).items():
+        cpu.append((f"{pre(host)}CPU busy", 1 - _rows([cells.gauge(s) for s in ss], np.nanmean), False))
+    for (host,), ss in _by(cells.series(N.MEMORY_UTILIZATION.name), N.HOST).items():
+        cpu.append((f"{pre(host)}memory used", _rows([cells.gauge(s) for s in ss], np.nanmax), True))
+    out.append(plot("cpu_mem", "CPU busy and memory used, per node", "share", cells, cpu,
+                    empty="no CPU or memory reading recorded (no node agent ran)"))
     return out
 
 

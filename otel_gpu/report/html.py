@@ -43,8 +43,12 @@ def render(data: dict) -> str:
 <label>phase <select id="flame-phase"></select></label>
 <label>search <input id="flame-search" type="search" placeholder="function name"></label>
 <button id="flame-reset" type="button">reset zoom</button>
+<label><input id="flame-own" type="checkbox"> show otel-gpu's own threads</label>
 <span id="flame-total"></span>
 </div>
+<p id="flame-note">The training processes' threads, sampled in Python. Native (C++/CUDA) frames are not sampled:
+time in a thread that runs no Python code shows as one block named after the thread, e.g.
+"pt_autograd_0 (native: backward kernels)", or "(native code, thread unnamed)" when its name is not known.</p>
 <div id="flame"></div>
 <script type="application/json" id="report-data">{_inline_json(data)}</script>
 {libs}

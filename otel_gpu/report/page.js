@@ -10,6 +10,10 @@ window.addEventListener("error", (e) => {
 
 const D = JSON.parse(document.getElementById("report-data").textContent);
 const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+// a phase has one colour in every report ("unphased" a neutral grey); other series are coloured by group (GPU, rank)
+const PHASE_COLORS = { data_wait: "#ff7f0e", forward: "#1f77b4", backward: "#2ca02c", optimizer: "#9467bd",
+                       checkpoint: "#8c564b", eval: "#17becf", unphased: "#c7c7c7" };
+const SAVE_SHADE = "rgba(140, 86, 75, 0.16)", FINDING_SHADE = "rgba(198, 40, 40, 0.10)";
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -18,17 +22,29 @@ function el(tag, attrs, ...kids) {
   return e;
 }
 
+function scaled(v, units, base) {
+  let i = 0;
+  while (Math.abs(v) >= base && i < units.length - 1) { v /= base; i++; }
+  return v.toFixed(Math.abs(v) < 10 ? 2 : 0) + " " + units[i];
+}
+
 function human(v, unit) {
   if (v == null || Number.isNaN(v)) return "";
   if (unit === "share") return (100 * v).toFixed(1) + "%";
-  if (unit === "B/s") {
-    const u = ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"];
-    let i = 0;
-    while (Math.abs(v) >= 1000 && i < u.length - 1) { v /= 1000; i++; }
-    return v.toFixed(v < 10 ? 2 : 0) + " " + u[i];
-  }
+  if (unit === "B/s") return scaled(v, ["B/s", "kB/s", "MB/s", "GB/s", "TB/s"], 1000);
+  if (unit === "B") return scaled(v, ["B", "KiB", "MiB", "GiB", "TiB"], 1024);
+  if (unit === "W") return v.toFixed(0) + " W";
+  if (unit === "Hz") return scaled(v, ["Hz", "kHz", "MHz", "GHz"], 1000);
   if (unit === "s") return v < 1 ? (1000 * v).toFixed(1) + " ms" : v.toFixed(2) + " s";
   return String(+v.toPrecision(4));
+}
+
+// seconds since time 0 (the first training step), as the time axis reads
+function since(t, t0) {
+  const d = t - t0, a = Math.abs(d);
+  if (a < 120) return (Math.round(d * 10) / 10) + " s";
+  const m = Math.floor(a / 60), sec = Math.round(a - 60 * m);
+  return (d < 0 ? "-" : "") + m + " min" + (sec ? " " + sec + " s" : "");
 }
 
 function when(t) { return new Date(t * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC"; }
@@ -48,38 +64,76 @@ function findings() {
   });
 }
 
-function shadeRanges(u) {
+function shadeRanges(u, bands) {
   const ctx = u.ctx, top = u.bbox.top, h = u.bbox.height;
-  ctx.save();
-  ctx.fillStyle = "rgba(198, 40, 40, 0.10)";
-  for (const f of D.findings) for (const [a, b] of f.ranges || []) {
+  const band = (a, b, style) => {
     const x0 = u.valToPos(a, "x", true), x1 = u.valToPos(b, "x", true);
+    ctx.fillStyle = style;
     ctx.fillRect(x0, top, Math.max(2, x1 - x0), h);
-  }
+  };
+  ctx.save();
+  for (const b of bands || []) band(b.from, b.to, SAVE_SHADE);
+  for (const f of D.findings) for (const [a, b] of f.ranges || []) band(a, b, FINDING_SHADE);
   ctx.restore();
+}
+
+function seriesColor(p, s, groups) {
+  if (p.id === "phases" && s.label in PHASE_COLORS) return PHASE_COLORS[s.label];
+  return COLORS[groups.indexOf(s.group) % COLORS.length];
+}
+
+// time-axis ticks at round numbers of seconds since time 0 (about one per 110 px)
+function ticksSince(t0, width) {
+  const steps = [0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400];
+  return (u, i, min, max) => {
+    const want = (max - min) / Math.max(2, width / 110);
+    const inc = steps.find((x) => x >= want) || steps[steps.length - 1];
+    const out = [];
+    for (let k = Math.ceil((min - t0) / inc - 1e-9); t0 + k * inc <= max + 1e-9; k++) out.push(t0 + k * inc);
+    return out;
+  };
+}
+
+function plotsNote(box) {
+  const a = (D.plots[0] || {}).axis;
+  if (!a) return;
+  const t0 = when(a.t0).slice(11, 19);
+  const text = a.basis === "first step"
+    ? `Time 0 is the first training step (${t0} UTC)` + (a.startup_s >= 0.5
+      ? `; the ${a.startup_s.toFixed(1)} s of start-up before it (imports, loading, set-up) are left out of the plots.` : ".")
+    : `No training step recorded: time 0 is the start of the recording (${t0} UTC).`;
+  const saves = (D.plots[0].bands || []).length;
+  box.append(el("p", { class: "plots-note", id: "plots-note", "data-t0": a.t0, "data-startup": a.startup_s },
+    text + " Each value is drawn over the interval it describes (a step per export interval, not a point at" +
+    " its export time). Shaded: " + (saves ? `checkpoint saves (brown, ${saves}), ` : "") + "findings' time ranges (red)."));
 }
 
 function plots() {
   const box = document.getElementById("plots");
   const width = Math.min(1160, document.body.clientWidth - 40 || 1100);
+  plotsNote(box);
   for (const p of D.plots) {
     const points = p.series.reduce((n, s) => n + s.values.filter((v) => v != null).length, 0);
-    const div = el("div", { class: "plot", id: "plot-" + p.id, "data-series": p.series.length, "data-points": points },
-      el("h3", {}, p.title));
+    const div = el("div", { class: "plot", id: "plot-" + p.id, "data-series": p.series.length, "data-points": points,
+                            "data-bands": (p.bands || []).length }, el("h3", {}, p.title));
     box.append(div);
     if (!points) { div.append(el("div", { class: "empty" }, p.empty || "no data recorded for this plot")); continue; }
+    const t0 = p.axis ? p.axis.t0 : p.x[0];
     const series = p.stacked ? [...p.series].reverse() : p.series;
+    const groups = [...new Set(p.series.map((s) => s.group))];
     const opts = {
       width, height: 230,
-      series: [{ value: (u, v) => (v == null ? "" : when(v)) }, ...series.map((s, i) => {
-        const color = COLORS[(p.stacked ? series.length - 1 - i : i) % COLORS.length];
+      series: [{ label: "time", value: (u, v) => (v == null ? "" : when(v) + " (" + since(v, t0) + ")") }, ...series.map((s) => {
+        const color = seriesColor(p, s, groups);
         return { label: s.label, stroke: color, width: 1.5, dash: s.dash ? [6, 4] : undefined,
                  fill: p.stacked ? color : undefined, value: (u, v) => human(v, p.unit), spanGaps: false,
-                 points: { show: p.x.length < 60 } };
+                 paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } };
       })],
-      axes: [{}, { size: 80, values: (u, vals) => vals.map((v) => human(v, p.unit)) }],
-      scales: p.unit === "share" ? { y: { range: [0, p.stacked ? 1 : null] } } : {},
-      hooks: { drawClear: [shadeRanges] },
+      scales: { x: { time: false, range: [p.x[0], p.x[p.x.length - 1]] },
+                ...(p.unit === "share" ? { y: { range: [0, p.stacked ? 1 : null] } } : {}) },
+      axes: [{ splits: ticksSince(t0, width), values: (u, vals) => vals.map((v) => since(v, t0)) },
+             { size: 80, values: (u, vals) => vals.map((v) => human(v, p.unit)) }],
+      hooks: { drawClear: [(u) => shadeRanges(u, p.bands)] },
     };
     new uPlot(opts, [p.x, ...series.map((s) => s.values)], div);
   }
@@ -100,9 +154,10 @@ function mergeInto(a, b) {
   }
 }
 
-function flameTree(rank, phase) {
+function flameTree(rank, phase, own) {
   const root = { name: "total", value: 0, children: [] };
-  for (const [key, t] of Object.entries(F.trees)) {
+  const sets = own ? [F.trees, F.own_trees || {}] : [F.trees];
+  for (const trees of sets) for (const [key, t] of Object.entries(trees)) {
     const [r, p] = key.split("|");
     if ((rank === "all" || r === rank) && (phase === "all" || p === phase)) mergeInto(root, unpack(t));
   }
@@ -115,13 +170,23 @@ let chart = null;
 
 function drawFlame() {
   const rank = document.getElementById("flame-rank").value, phase = document.getElementById("flame-phase").value;
-  const tree = flameTree(rank, phase);
+  const own = document.getElementById("flame-own").checked;
+  const tree = flameTree(rank, phase, own);
+  const ownTotal = own ? 0 : Object.entries(F.own_trees || {}).filter(([key]) => {
+    const [r, p] = key.split("|");
+    return (rank === "all" || r === rank) && (phase === "all" || p === phase);
+  }).reduce((n, [, t]) => n + t[1], 0);
+  const native = new Set((F.native || []).map((i) => F.names[i]));
   const box = document.getElementById("flame");
   box.dataset.rank = rank;
   box.dataset.phase = phase;
+  box.dataset.own = own ? "1" : "0";
   box.dataset.total = seconds(tree.value).toFixed(6);
+  box.dataset.ownLeftOut = seconds(ownTotal).toFixed(6);
+  box.dataset.native = tree.children.filter((c) => native.has(c.name)).map((c) => c.name).join("|");
   document.getElementById("flame-total").textContent =
-    `${seconds(tree.value).toFixed(2)} s of samples (rank ${rank}, phase ${phase})`;
+    `${seconds(tree.value).toFixed(2)} s of samples (rank ${rank}, phase ${phase})` +
+    (ownTotal ? `; otel-gpu's own threads, ${seconds(ownTotal).toFixed(2)} s, left out` : "");
   box.innerHTML = "";
   if (!tree.value) { box.append(el("div", { class: "empty" }, "no samples for this rank and phase")); return; }
   const total = tree.value;
@@ -130,18 +195,22 @@ function drawFlame() {
     .label((d) => `${d.data.name}: ${seconds(d.value).toFixed(3)} s (${(100 * d.value / total).toFixed(1)}%)`);
   d3.select(box).datum(tree).call(chart);
   const view = new URLSearchParams(location.hash.slice(1)).get("view");
-  location.hash = "rank=" + encodeURIComponent(rank) + "&phase=" + encodeURIComponent(phase) + (view ? "&view=" + view : "");
+  location.hash = "rank=" + encodeURIComponent(rank) + "&phase=" + encodeURIComponent(phase) + (own ? "&own=1" : "") +
+    (view ? "&view=" + view : "");
 }
 
 function flames() {
   const rankSel = document.getElementById("flame-rank"), phaseSel = document.getElementById("flame-phase");
+  const ownBox = document.getElementById("flame-own");
   for (const r of ["all", ...F.ranks]) rankSel.append(el("option", { value: r }, r));
   for (const p of ["all", ...F.phases]) phaseSel.append(el("option", { value: p }, p));
   const want = new URLSearchParams(location.hash.slice(1));
   if (F.ranks.includes(want.get("rank"))) rankSel.value = want.get("rank");
   if (F.phases.includes(want.get("phase"))) phaseSel.value = want.get("phase");
+  ownBox.checked = want.get("own") === "1";
   rankSel.addEventListener("change", drawFlame);
   phaseSel.addEventListener("change", drawFlame);
+  ownBox.addEventListener("change", drawFlame);
   document.getElementById("flame-search").addEventListener("input", (e) => chart && chart.search(e.target.value));
   document.getElementById("flame-reset").addEventListener("click", () => chart && chart.resetZoom());
   drawFlame();

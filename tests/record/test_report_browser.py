@@ -1,5 +1,6 @@
 """The report of a real recorded run, opened in Debian's headless Chromium: no page errors, every
-plot drawn with data, the findings, a flame graph whose total is the recorded samples of the chosen
+plot drawn with data (the GPU panels from the node agent's fake GPUs: tensor, DRAM, occupancy, memory,
+power, clocks), the findings, a flame graph whose total is the recorded samples of the chosen
 rank and phase, and a different one for another phase."""
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from otel_gpu.record.diagnose import diagnose_recording
 from .conftest import chromium
 
 pytestmark = pytest.mark.slow
-PLOTS_WITH_DATA = ("gpu", "step_time", "phases", "network", "disk", "cpu_mem")
+PLOTS_WITH_DATA = ("gpu", "gpu_tensor", "gpu_dram", "gpu_occupancy", "gpu_memory", "gpu_power", "gpu_clocks",
+                   "step_time", "phases", "network", "disk", "cpu_mem")   # fake Hopper GPUs: GPM panels too
 
 
 class Dom(HTMLParser):
@@ -94,7 +96,7 @@ def test_the_report_opens_offline_with_every_plot_findings_and_flame_graphs(two_
     assert float(flame["data-total"]) == pytest.approx(recorded_seconds(d, "1", phase), abs=1e-6)
     assert float(flame["data-total"]) > 0
 
-    other, _ = open_in_chromium(report, "#rank=1&phase=(no phase)")
+    other, _ = open_in_chromium(report, "#rank=1&phase=(no phase)&own=1")   # with otel-gpu's own threads
     total = float(other.ids["flame"]["data-total"])
     assert other.ids["flame"]["data-phase"] == "(no phase)"
     assert total == pytest.approx(recorded_seconds(d, "1", None), abs=1e-6)

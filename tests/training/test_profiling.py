@@ -32,6 +32,14 @@ def test_flame_graph_shows_compute_and_wait_tagged_by_rank_and_phase():
     assert 0.8e9 <= bwd.get("blocked_on_lock", 0) <= 2.5e9
     # and each is only under its own phase
     assert "blocked_on_lock" not in fwd and "slow_compute" not in bwd
+    # every sample names its thread (the report tells otel-gpu's threads apart by name; the
+    # exporter's, absent here without an OTLP endpoint, is checked in tests/record/test_report_flame_threads.py)
+    from otel_gpu.profile_threads import is_own
+
+    samples = [s for p in rx.profiles for s in p.samples]
+    assert all(s.labels.get("thread_id", "").isdigit() for s in samples)
+    assert {s.labels.get("thread_name") for s in samples if "slow_compute" in s.stack} == {"MainThread"}
+    assert not any(is_own(list(s.stack), s.labels) for s in samples if s.labels.get("phase"))
 
 
 def test_settings_from_environment():
@@ -68,3 +76,50 @@ def test_receiver_decodes_the_captured_push():
     for s in p.samples:
         leaf[s.stack[0]] = leaf.get(s.stack[0], 0) + s.value
     assert leaf == {"hashing": 5_770_000_000, "fib": 2_420_000_000, "busy": 10_000_000}
+
+
+def _native_thread(name: bytes | None):
+    """A thread that holds a Python thread state and runs no Python frame (blocked in a C function),
+    named `name` by the OS; returns (its id, the queue that ends it)."""
+    import _thread
+    import ctypes
+    import queue
+
+    q = queue.SimpleQueue()
+    ident = _thread.start_new_thread(q.get, ())
+    if name:
+        assert ctypes.CDLL(None).pthread_setname_np(ctypes.c_ulong(ident), name) == 0
+    return ident, q
+
+
+def _wait(cond, timeout=5.0):
+    import time
+
+    end = time.monotonic() + timeout
+    while not cond() and time.monotonic() < end:
+        time.sleep(0.01)
+    return cond()
+
+
+def test_native_threads_are_named_for_the_sampler_and_forgotten_when_gone():
+    import os
+    import sys
+    import threading
+
+    if not hasattr(sys, "_current_exceptions"):
+        pytest.skip("sys._current_exceptions() (Python 3.11+?) is needed to see frame-less threads")
+    named, q1 = _native_thread(b"pt_autograd_0")
+    unnamed, q2 = _native_thread(None)
+    names = profiling.NativeThreadNames()
+    assert _wait(lambda: names.refresh() or named in names.named)
+    assert names.named == {named: "pt_autograd_0"}           # the one the OS names like the process is left unnamed
+    entry = {t.ident: t for t in threading.enumerate()}[named]
+    assert (entry.name, entry.is_alive(), entry.daemon) == ("pt_autograd_0", True, True)
+    pid = os.fork()                                           # `threading` still works in a forked child
+    if pid == 0:
+        os._exit(0 if [t.name for t in threading.enumerate()] == ["MainThread"] else 3)
+    assert os.waitpid(pid, 0)[1] == 0
+    q1.put(None)
+    q2.put(None)
+    assert _wait(lambda: names.refresh() or not names.named)
+    assert named not in {t.ident for t in threading.enumerate()}
