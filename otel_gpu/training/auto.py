@@ -1,9 +1,11 @@
 """Zero code change: instrument torch, the HF Trainer, DeepSpeed and Lightning when imported.
 
 `install()` is called from the `sitecustomize` that `otel-gpu run` puts on PYTHONPATH.
-It only registers post-import hooks: nothing is imported, no thread starts and nothing
-is exported until the process actually trains (the first step or phase event), so
-launchers (torchrun, the deepspeed runner) and DataLoader workers stay silent.
+It only registers post-import hooks: no thread starts and nothing is exported until the
+process actually trains (the first step or phase event), so launchers (torchrun, the
+deepspeed runner) and DataLoader workers stay silent. When torch is imported, the modules
+the session will load (the OTLP exporter, pyroscope-io) are imported too, so their cost is
+paid with torch's import rather than in the program's first timed batch.
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ log = logging.getLogger("otel_gpu.training")
 
 
 def _torch(module) -> None:
-    from . import collectives, gpu_collectives, torch_hooks
+    from . import collectives, gpu_collectives, session, torch_hooks
     gpu_collectives.prepare_env(os.environ)   # before any NCCL process group exists
     torch_hooks.install()
     collectives.install()
+    session.prepare()   # the exporter's imports now, not in the first batch the program times
 
 
 def _transformers_trainer(module) -> None:

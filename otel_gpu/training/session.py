@@ -22,7 +22,8 @@ from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult,
 
 from .. import names, profiling
 from ..errors import ConfigError
-from ..export import merged_resource, meter_provider, otlp_exporter, otlp_settings, periodic_reader
+from ..export import (import_exporter, merged_resource, meter_provider, otlp_exporter, otlp_settings,
+                      periodic_reader)
 from ..identity import point_attributes, rank_info, resource_attributes
 from .timing import Timer
 
@@ -88,6 +89,7 @@ class OtelSink:
         self.collective_n: dict[tuple[str, str], int] = {}     # GPU-timed: (kind, group) -> collectives
         self.unmeasured_n: dict[str, int] = {}                 # reason -> collectives not measured
         self.first_step_ns: int | None = None   # unix ns when the first counted step began
+        self.live_phases = None   # () -> {phase: seconds incl. open phases} (Timer.phase_totals), when set
         self._pending: deque[float] = deque()   # step durations not yet in the histogram
         self._duration = meter.create_histogram(names.TRAIN_STEP_DURATION.name, unit="s",
                                                 description=names.TRAIN_STEP_DURATION.description)
@@ -151,7 +153,10 @@ class OtelSink:
         return [Observation(self.tokens, self.attrs)] if self.tokens else []
 
     def _observe_phases(self, options):
-        return [Observation(v, {**self.attrs, names.PHASE: k}) for k, v in list(self.phase_s.items())]
+        # with the timer's live totals, a phase still open counts up to now: a long save is spread
+        # over the exports it spans instead of landing in the first export after its end
+        totals = self.live_phases() if self.live_phases is not None else dict(self.phase_s)
+        return [Observation(v, {**self.attrs, names.PHASE: k}) for k, v in totals.items()]
 
     def _observe_checkpoints(self, options):
         if not self.checkpoints["start"]:
@@ -216,12 +221,14 @@ class Session:
                 readers.append(periodic_reader(ForkGuard(self.exporter), settings))
         self.provider = meter_provider(resource, readers, TRAINING_SPECS)
         self.sink = OtelSink(self.provider.get_meter("otel_gpu.training"), self.attrs)
+        self.timer = Timer(self.sink)
+        self.sink.live_phases = self.timer.phase_totals
         self.profiler = None
         if profile:
             job = self.attrs.get(names.JOB)
             app = env.get("OTEL_SERVICE_NAME") or (f"otelgpu.{job}" if job else "otelgpu.train")
             self.profiler = profiling.start(profiling.profile_settings(env, app, profiling.pyroscope_tags(self.attrs)))
-        self.timer = Timer(self.sink, listener=self.profiler)
+        self.timer.listener = self.profiler
         self._closed = False
 
     def shutdown(self, timeout_s: float = EXIT_TIMEOUT_S) -> None:
@@ -272,6 +279,26 @@ def current(env: Mapping[str, str] | None = None) -> Session | None:
         atexit.register(_shutdown_at_exit)
         _measure_torch()
         return _session
+
+
+def prepare(env: Mapping[str, str] | None = None) -> None:
+    """Import now what the session loads when it starts (the OTLP exporter and its HTTP stack,
+    pyroscope-io), so a rank's first batch or step does not pay for it; starts nothing, exports
+    nothing (launchers stay silent). Called when torch is imported under `otel-gpu run`."""
+    env = os.environ if env is None else env
+    if env.get("OTELGPU_TRAINING", "1").strip().lower() in ("0", "false", "no", "off"):
+        return
+    try:
+        settings = otlp_settings(env, default_interval_s=10.0)
+        if settings.endpoint:
+            import_exporter(settings.protocol)
+        profile_off = env.get("OTELGPU_PROFILE", "1").strip().lower() in ("0", "false", "no", "off")
+        if env.get("OTELGPU_PYROSCOPE_URL", "").strip() and not profile_off and not _forked:
+            import pyroscope  # noqa: F401
+    except ConfigError:
+        return   # said once, when the session starts
+    except ImportError as exc:
+        log.debug("otel-gpu: not imported ahead: %r", exc)
 
 
 def _measure_torch() -> None:

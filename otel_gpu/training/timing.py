@@ -6,6 +6,12 @@ collective) into measurements handed to a `Sink`: step durations in seconds,
 phase shares of wall time add up to at most 1), checkpoint start/end events, and
 seconds blocked in collectives inside counted steps, by kind and phase.
 
+Phase time is also readable while phases are open: `phase_totals()` (called by the exporter
+at each collection) gives every phase's exclusive seconds so far, open phases included up to
+now, so a 3 s save spanning three exports adds about 1 s to each instead of 3 s at its end.
+The training thread never takes a lock for it: each thread's bookkeeping carries a generation
+number, odd while it changes, and the reader retries until it reads a thread between changes.
+
 Several integrations can be active in one process (the Hugging Face Trainer
 runs DeepSpeed's engine, which calls a torch optimizer). The one with the highest
 priority that has spoken owns the step boundaries; the others only add phases.
@@ -70,6 +76,18 @@ class _Frame:
     depth: int = 0      # re-entries of the same phase (DeepSpeed inside the HF Trainer)
 
 
+class _Thread:
+    """One thread's phases: the open frames and the closed totals, written by that thread only."""
+
+    __slots__ = ("stack", "closed", "gen", "thread")
+
+    def __init__(self):
+        self.stack: list[_Frame] = []
+        self.closed: dict[str, float] = {}   # phase -> exclusive seconds of the phases that ended
+        self.gen = 0                         # odd while the owner changes stack/closed
+        self.thread = threading.current_thread()
+
+
 class Timer:
     """Step/phase bookkeeping; every public method is cheap and never raises to callers."""
 
@@ -82,6 +100,12 @@ class Timer:
         self._step_start: float | None = None
         self._local = threading.local()
         self.broken = False
+        self.boundaries = 0                  # step boundaries seen (ends of steps), for one-off set-up
+        self._threads: list[_Thread] = []    # every thread that entered a phase (see phase_totals)
+        self._register = threading.Lock()    # taken once per thread, at its first phase
+        self._read = threading.Lock()        # readers only (one collection at a time)
+        self._retired: dict[str, float] = {}  # closed totals of threads that ended
+        self._reported: dict[str, float] = {}  # last phase_totals(): never go below it
 
     # ---- steps ------------------------------------------------------------
     @_guarded
@@ -107,6 +131,7 @@ class Timer:
             return
         seconds = self.clock() - self._step_start
         self._step_start = None
+        self.boundaries += 1
         self.sink.step(seconds, samples, tokens)
 
     @_guarded
@@ -118,6 +143,7 @@ class Timer:
         if not self.claim(driver):
             return
         now = self.clock()
+        self.boundaries += 1
         if self._step_start is not None:
             self.sink.step(now - self._step_start, samples, tokens)
         self._step_start = now
@@ -135,8 +161,8 @@ class Timer:
         if self._step_start is None or self.broken:
             return
         try:
-            stack = getattr(self._local, "stack", None)
-            self.sink.collective(kind, stack[-1].name if stack else "", seconds)
+            st = getattr(self._local, "st", None)
+            self.sink.collective(kind, st.stack[-1].name if st is not None and st.stack else "", seconds)
         except Exception as exc:  # never let our bug reach the training loop
             self.broken = True
             log.warning("otel-gpu training telemetry disabled after an internal error: %r", exc)
@@ -150,27 +176,35 @@ class Timer:
             self.end_step("user", samples, tokens)
 
     # ---- phases -----------------------------------------------------------
+    def _state(self) -> _Thread:
+        st = getattr(self._local, "st", None)
+        if st is None:
+            st = self._local.st = _Thread()
+            with self._register:
+                self._threads.append(st)
+        return st
+
     def _stack(self) -> list[_Frame]:
-        stack = getattr(self._local, "stack", None)
-        if stack is None:
-            stack = self._local.stack = []
-        return stack
+        return self._state().stack
 
     def current_phase(self) -> str | None:
-        stack = self._stack()
-        return stack[-1].name if stack else None
+        st = getattr(self._local, "st", None)
+        return st.stack[-1].name if st is not None and st.stack else None
 
     @_guarded
     def enter(self, name: str) -> None:
+        st = getattr(self._local, "st", None) or self._state()
+        stack = st.stack
+        if stack and stack[-1].name == name:
+            stack[-1].depth += 1
+            return
+        st.gen += 1   # odd from before the clock is read: a reader never counts past `now`
         now = self.clock()
-        stack = self._stack()
         if stack:
             top = stack[-1]
-            if top.name == name:
-                top.depth += 1
-                return
             top.acc += now - top.resumed
         stack.append(_Frame(name, now))
+        st.gen += 1
         if name == "checkpoint":
             self.sink.checkpoint("start")
         if self.listener is not None:
@@ -178,21 +212,26 @@ class Timer:
 
     @_guarded
     def exit(self, name: str) -> None:
-        stack = self._stack()
+        st = getattr(self._local, "st", None) or self._state()
+        stack = st.stack
         if not stack or stack[-1].name != name:
             return  # unbalanced exit (an exception unwound past a hook): ignore
         top = stack[-1]
         if top.depth:
             top.depth -= 1
             return
+        st.gen += 1
         now = self.clock()
+        seconds = top.acc + now - top.resumed
         stack.pop()
-        self.sink.phase(name, top.acc + now - top.resumed)
-        if name == "checkpoint":
-            self.sink.checkpoint("end")
+        st.closed[name] = st.closed.get(name, 0.0) + seconds
         parent = stack[-1] if stack else None
         if parent is not None:
             parent.resumed = now
+        st.gen += 1
+        self.sink.phase(name, seconds)
+        if name == "checkpoint":
+            self.sink.checkpoint("end")
         if self.listener is not None:
             self.listener.phase_changed(name, parent.name if parent else None)
 
@@ -212,3 +251,58 @@ class Timer:
             yield
         finally:
             self.exit(name)
+
+    # ---- reading (exporter thread) -------------------------------------------
+    def phase_totals(self, tries: int = 50) -> dict[str, float]:
+        """Exclusive seconds per phase over every thread: phases that ended plus the open ones up
+        to now. Never lower than the previous answer (monotone, for a cumulative counter); when a
+        consistent read is not had in `tries` attempts, the previous answer again."""
+        with self._read:
+            try:
+                totals = self._read_totals(tries)
+            except Exception as exc:  # a reader bug must not break the export (nor the training)
+                log.warning("otel-gpu: open phase time not read: %r", exc)
+                totals = None
+            last = self._reported
+            if totals is None:
+                return dict(last)
+            for name, value in last.items():
+                if totals.get(name, 0.0) < value:
+                    totals[name] = value
+            self._reported = totals
+            return dict(totals)
+
+    def _read_totals(self, tries: int) -> dict[str, float] | None:
+        for _ in range(tries):
+            threads = list(self._threads)
+            gens = [st.gen for st in threads]
+            if any(g & 1 for g in gens):
+                time.sleep(0)   # a thread is between two changes: let it finish
+                continue
+            now = self.clock()
+            totals = dict(self._retired)
+            for st in threads:
+                for name, value in list(st.closed.items()):
+                    totals[name] = totals.get(name, 0.0) + value
+                stack = list(st.stack)
+                for i, f in enumerate(stack):
+                    open_s = f.acc + (now - f.resumed if i == len(stack) - 1 else 0.0)
+                    totals[f.name] = totals.get(f.name, 0.0) + max(open_s, 0.0)
+            if [st.gen for st in threads] != gens:
+                time.sleep(0)
+                continue
+            self._retire(threads)
+            return totals
+        return None
+
+    def _retire(self, threads: list[_Thread]) -> None:
+        """Fold the closed totals of threads that ended into one dict (their open frames, never to
+        close, are dropped) so the list stays as long as the live threads."""
+        dead = [st for st in threads if not st.thread.is_alive() and not st.gen & 1]
+        if not dead:
+            return
+        for st in dead:
+            for name, value in st.closed.items():
+                self._retired[name] = self._retired.get(name, 0.0) + value
+        with self._register:
+            self._threads = [st for st in self._threads if st not in dead]

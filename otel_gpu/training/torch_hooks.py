@@ -7,14 +7,18 @@ boundaries only while no higher integration (HF Trainer, Lightning, DeepSpeed,
 
 Whoever owns the steps, `torch.autograd.backward` (what `loss.backward()` calls) is the
 "backward" phase, getting the next batch from a DataLoader is the "data_wait" phase (not
-inside "eval": evaluation batches stay eval time) and `torch.save` is a checkpoint save
-(the frameworks' own save functions, which call it, are one save).
+inside "eval": evaluation batches stay eval time), `torch.save` is a checkpoint save
+(the frameworks' own save functions, which call it, are one save) and the model call of a
+loop that no integration times is the "forward" phase (`forward`).
+
+Telemetry starts when a DataLoader iterator is made (`iter(loader)`, set-up), so its start-up
+is not in the first batch that the program times.
 """
 from __future__ import annotations
 
 import functools
 
-from . import session
+from . import forward, session
 
 DRIVER = "optimizer"
 _handles: list = []
@@ -60,9 +64,24 @@ def _patch(owner, attr: str, name: str, unless: str | None = None) -> None:
     _patched.append((owner, attr, original))
 
 
+def _start_at_iter(original):
+    """`DataLoader.__iter__` that starts telemetry once the iterator exists (after its workers are
+    forked), so the start-up is paid in set-up, not in the first `next()`."""
+
+    @functools.wraps(original)
+    def __iter__(self):
+        iterator = original(self)
+        session.current()
+        return iterator
+
+    __iter__._otelgpu = True
+    return __iter__
+
+
 def install_phases() -> None:
     """data_wait around DataLoader iteration, backward around `torch.autograd.backward`, checkpoint
-    around `torch.save`."""
+    around `torch.save`, forward around the model call (`forward.install`); telemetry started at
+    `iter(DataLoader)`."""
     import torch
     import torch.autograd
     from torch.utils.data import dataloader
@@ -70,6 +89,11 @@ def install_phases() -> None:
     _patch(dataloader._BaseDataLoaderIter, "__next__", "data_wait", unless="eval")
     _patch(torch.autograd, "backward", "backward")
     _patch(torch, "save", "checkpoint")
+    original = getattr(dataloader.DataLoader, "__iter__", None)
+    if original is not None and not getattr(original, "_otelgpu", False):
+        dataloader.DataLoader.__iter__ = _start_at_iter(original)
+        _patched.append((dataloader.DataLoader, "__iter__", original))
+    forward.install()
 
 
 def install() -> bool:
@@ -88,6 +112,7 @@ def install() -> bool:
 
 
 def uninstall() -> None:
+    forward.uninstall()
     while _handles:
         _handles.pop().remove()
     while _patched:

@@ -20,13 +20,13 @@ def _run(args, env, timeout=120):
 
 def assert_untouched_loop_reported(vm, job: str, proc, status: int) -> None:
     """untouched_loop.py ran 20 optimizer steps and exited with `status`: 19 steps counted (the
-    first optimizer.step() only opens the count); its backward and optimizer calls are phases."""
+    first optimizer.step() only opens the count); its model call, backward and optimizer calls are phases."""
     assert proc.returncode == status, proc.stderr
     assert "finished" in proc.stdout
     sel = f'otelgpu_job="{job}"'
     assert query_until(vm, f"otelgpu_train_steps_total{{{sel}}}", 1)[0].value == 19
     phases = query_until(vm, f"otelgpu_train_phase_time_seconds_total{{{sel}}}", 1)
-    assert sorted(s.labels["otelgpu_phase"] for s in phases) == ["backward", "optimizer"]
+    assert sorted(s.labels["otelgpu_phase"] for s in phases) == ["backward", "forward", "optimizer"]
 
 
 @pytest.mark.slow

@@ -1,0 +1,170 @@
+"""The model call of a plain loop is the "forward" phase, with no per-module cost for the run.
+
+A global forward pre-hook (which makes every module call in the process take torch's slower hook
+path) is registered only while the model is being found. The first module called on a thread
+with no phase open is the outermost module of that call: the modules it calls see "forward"
+open and are left alone. That root module gets hooks of its own (only its calls pay for them)
+and its call is timed as "forward"; so is any other module called outside a phase while the
+global hook lives (a loss module called after the model, as the HF Trainer's `compute_loss`
+and Lightning's forward span include the loss). The global hook is removed at its first call
+after the first step boundary that follows the first root, after two step boundaries with no
+root (an integration already times forward: the HF Trainer, Lightning, a DeepSpeed engine, a
+hand-written `phase("forward")`), after `MAX_SEARCH_CALLS` module calls, in a DataLoader worker,
+and when telemetry is off.
+
+A root called while a phase is open on its thread is not timed again: evaluation stays "eval",
+activation recomputation inside backward stays "backward", and DDP's own forward (timed in
+`collectives`) or an integration's forward re-enters the same phase, which counts once.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+from . import session
+
+PHASE = "forward"
+MAX_SEARCH_CALLS = 50_000     # module calls the global hook may see before it gives up (no steps at all)
+
+_local = threading.local()    # .entered: per root call in flight on this thread, whether it entered the phase
+_lock = threading.Lock()      # install / stop / adopt (never on the per-call path of a found root)
+_global: list = []            # the global pre-hook's handle while the search runs
+_roots: list = []             # (pre, post) handles of the roots' own hooks
+_adopted: "weakref.WeakSet" = weakref.WeakSet()
+# started: the search ran in this process; base / found_at: the timer's step boundaries at the search's
+# first call / when the first root was found; calls: module calls seen
+_search = {"started": False, "base": None, "found_at": None, "calls": 0}
+
+
+def _enter(t) -> None:
+    """Enter the phase unless one is open; note whether it did (the post-hook pops one per call)."""
+    entered = False
+    try:
+        if t is not None and not t.broken and t.current_phase() is None:
+            t.enter(PHASE)
+            entered = True
+    finally:
+        stack = getattr(_local, "entered", None)
+        if stack is None:
+            stack = _local.entered = []
+        stack.append(entered)
+
+
+def _root_pre(module, args):
+    try:
+        _enter(session.timer())
+    except Exception as exc:  # never let our bug reach the training loop
+        session.log.warning("otel-gpu: forward of the model not timed: %r", exc)
+    return None
+
+
+def _root_post(module, args, output):
+    try:
+        stack = getattr(_local, "entered", None)
+        if stack and stack.pop():
+            t = session.timer()
+            if t is not None:
+                t.exit(PHASE)
+    except Exception as exc:  # never let our bug reach the training loop
+        session.log.warning("otel-gpu: forward of the model not timed: %r", exc)
+    return None
+
+
+def _adopt(module, t) -> None:
+    """Give `module` its own hooks and time this call of it (its own pre-hook was not in the list
+    torch read for this call; its post-hook is read after forward, so it closes this call)."""
+    with _lock:
+        if module in _adopted:
+            return
+        pre = module.register_forward_pre_hook(_root_pre)
+        try:
+            post = module.register_forward_hook(_root_post, always_call=True)   # runs when forward raises
+        except TypeError:   # torch < 2.0
+            post = module.register_forward_hook(_root_post)
+        _roots.append((pre, post))
+        _adopted.add(module)
+        if _search["found_at"] is None:
+            _search["found_at"] = t.boundaries
+    _enter(t)
+
+
+def _search_done(t) -> bool:
+    found = _search["found_at"]
+    _search["calls"] += 1
+    if _search["base"] is None:
+        _search["base"] = t.boundaries
+    if _search["calls"] > MAX_SEARCH_CALLS:
+        return True
+    return t.boundaries - _search["base"] >= 2 if found is None else t.boundaries > found
+
+
+def _global_pre(module, args):
+    try:
+        if _compiling():
+            return None
+        if _in_worker():
+            _stop()
+            return None
+        t = session.timer()
+        if t is None or t.broken or _search_done(t):
+            _stop()
+            return None
+        if module in _adopted or t.current_phase() is not None:
+            return None
+        _adopt(module, t)
+    except Exception as exc:  # never let our bug reach the training loop
+        _stop()
+        session.log.warning("otel-gpu: forward of the model not timed: %r", exc)
+    return None
+
+
+def _compiling() -> bool:
+    return False
+
+
+def _in_worker() -> bool:
+    return False
+
+
+def install() -> bool:
+    """Start searching for the model (once per process); False when torch has no global module hooks."""
+    global _compiling, _in_worker
+    import torch
+    from torch.nn.modules import module as nn_module
+    from torch.utils.data import get_worker_info
+
+    register = getattr(nn_module, "register_module_forward_pre_hook", None)
+    if register is None:
+        return False
+    compiler = getattr(torch, "compiler", None)
+    _compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
+    _in_worker = lambda: get_worker_info() is not None   # noqa: E731
+    with _lock:
+        if _search["started"]:
+            return True
+        _search["started"] = True
+        _global.append(register(_global_pre))
+    return True
+
+
+def searching() -> bool:
+    """True while the global hook is registered."""
+    return bool(_global)
+
+
+def _stop() -> None:
+    with _lock:
+        while _global:
+            _global.pop().remove()
+
+
+def uninstall() -> None:
+    """Remove every hook and forget the roots (tests, benches)."""
+    _stop()
+    with _lock:
+        while _roots:
+            for handle in _roots.pop():
+                handle.remove()
+        _adopted.clear()
+        _search.update(started=False, base=None, found_at=None, calls=0)
+    _local.__dict__.clear()
