@@ -35,6 +35,10 @@ class Built:
     seconds: float
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
     t0 = time.perf_counter()
     span = rec.span()
@@ -51,7 +55,7 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
     meta = rec.metas[0]
     status = meta.get("exit_status")
     when = datetime.fromtimestamp(start, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    subtitle = (f"{when}, {end - start:.0f} s, {len(summary)} ranks on {len(rec.dirs)} node(s)"
+    subtitle = (f"{when}, {end - start:.0f} s, {_count(len(summary), 'rank')} on {_count(len(rec.dirs), 'node')}"
                 + (f", exit status {status}" if status is not None else ", still running or cut off")
                 + f"; command: {' '.join(json.loads(meta.get('command', '[]')))}")
     data = {

@@ -54,7 +54,10 @@ function findings() {
   box.dataset.count = D.findings.length;
   if (!D.findings.length) box.append(el("p", {}, D.diagnosis_note || "No findings."));
   D.findings.forEach((f, i) => {
-    const ranges = (f.ranges || []).map(([a, b]) => when(a).slice(11, 19) + "-" + when(b).slice(11, 19)).join(", ");
+    const axis = (D.plots[0] || {}).axis;   // time 0 of the plots, so a range can be found on them
+    const rel = (a, b) => (axis ? ` (${since(a, axis.t0)} to ${since(b, axis.t0)})` : "");
+    const ranges = (f.ranges || []).map(([a, b]) => when(a).slice(11, 19) + "-" + when(b).slice(11, 19) + rel(a, b))
+      .join(", ");
     box.append(el("div", { class: "finding " + f.severity, "data-rule": f.rule },
       el("div", { class: "title" }, `${i + 1}. [${f.severity}] ${f.title}`),
       el("div", { class: "detail" }, "Seen: " + f.seen),
