@@ -5,6 +5,7 @@ The node agent and every training rank on a node share `host.name` and
 """
 from __future__ import annotations
 
+import re
 import socket
 import uuid
 from pathlib import Path
@@ -41,6 +42,17 @@ def rank_info(env: Mapping[str, str]) -> dict[str, str]:
 def job_name(env: Mapping[str, str]) -> str | None:
     """The job: `OTELGPU_JOB`, else Slurm's job name, else torchelastic's run id."""
     return _first(env, _JOB_VARS)
+
+
+FOLDER_NAME_MAX = 80   # characters of a job name kept in a folder name
+
+
+def job_folder_name(job: str) -> str:
+    """A job name as one safe folder-name component (pure): every run of characters other than
+    [A-Za-z0-9_.-] becomes '-', no leading dot or dash, at most FOLDER_NAME_MAX characters, never
+    empty, '.' or '..' ("run" then). The job name itself (on metrics, in reports) is unchanged."""
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", job)[:FOLDER_NAME_MAX].lstrip(".-").rstrip("-")
+    return name if name.strip(".") else "run"
 
 
 def instance_id(host: str, machine_id_path: Path = Path("/etc/machine-id")) -> str:

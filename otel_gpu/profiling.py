@@ -29,10 +29,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping
 
-from .errors import ConfigError
-from .export import bounded_number
+from .values import SWITCH_OFF, choice, http_url, number, switch
 
 log = logging.getLogger("otel_gpu.profiling")
 
@@ -50,27 +49,35 @@ class ProfileSettings:
     upload_interval_s: int = 10
 
 
+PROFILE_URL = "OTELGPU_PYROSCOPE_URL"
+
+# every variable the profiler reads: name -> parser(raw, name), each raising ConfigError naming the
+# variable and what it expects; an unset or empty variable means the default
+PROFILE_VARIABLES: dict[str, Callable[[str, str], object]] = {
+    PROFILE_URL: http_url,                                                   # Pyroscope server
+    "OTELGPU_PROFILE": switch,                                               # 0: no profiling
+    "OTELGPU_PROFILE_MODE": lambda raw, what: choice(raw, what, ("wall", "cpu")),
+    "OTELGPU_PROFILE_THREADS": lambda raw, what: choice(raw, what, ("all", "gil")),
+    "OTELGPU_PROFILE_RATE": lambda raw, what: number(raw, what, 1, 1000, int),          # Hz
+    "OTELGPU_PROFILE_UPLOAD_S": lambda raw, what: number(raw, what, 1, 3600, int),      # seconds
+}
+
+
+def profile_values(env: Mapping[str, str]) -> dict[str, object]:
+    """Every profiling variable set (non-empty) in `env`, parsed, whether profiling is on or not;
+    ConfigError on the first bad one (`otel-gpu run` checks them all before the command starts)."""
+    return {name: parse(env[name], name) for name, parse in PROFILE_VARIABLES.items() if env.get(name, "").strip()}
+
+
 def profile_settings(env: Mapping[str, str], app_name: str, tags: Mapping[str, str]) -> ProfileSettings | None:
     """Settings from the environment; None when profiling is off. ConfigError on bad values."""
-    server = env.get("OTELGPU_PYROSCOPE_URL", "").strip()
-    if not server or env.get("OTELGPU_PROFILE", "1").strip().lower() in ("0", "false", "no", "off"):
+    server = env.get(PROFILE_URL, "").strip()
+    if not server or env.get("OTELGPU_PROFILE", "1").strip().lower() in SWITCH_OFF:
         return None
-    if not server.startswith(("http://", "https://")):
-        raise ConfigError(f"OTELGPU_PYROSCOPE_URL={server!r}: expected a URL starting with http:// or https://")
-    mode = env.get("OTELGPU_PROFILE_MODE", "wall")
-    if mode not in ("wall", "cpu"):
-        raise ConfigError(f"OTELGPU_PROFILE_MODE={mode!r}: expected wall or cpu")
-    threads = env.get("OTELGPU_PROFILE_THREADS", "all")
-    if threads not in ("all", "gil"):
-        raise ConfigError(f"OTELGPU_PROFILE_THREADS={threads!r}: expected all or gil")
-    rate = _int(env, "OTELGPU_PROFILE_RATE", 50, 1, 1000)
-    upload = _int(env, "OTELGPU_PROFILE_UPLOAD_S", 10, 1, 3600)
-    return ProfileSettings(server.rstrip("/"), app_name, dict(tags), rate, mode == "wall", threads == "all", upload)
-
-
-def _int(env: Mapping[str, str], name: str, default: int, lo: int, hi: int) -> int:
-    raw = env.get(name, "").strip()
-    return bounded_number(raw, name, lo, hi, int) if raw else default
+    v = profile_values(env)
+    return ProfileSettings(str(v[PROFILE_URL]).rstrip("/"), app_name, dict(tags),
+                           int(v.get("OTELGPU_PROFILE_RATE", 50)), v.get("OTELGPU_PROFILE_MODE", "wall") == "wall",
+                           v.get("OTELGPU_PROFILE_THREADS", "all") == "all", int(v.get("OTELGPU_PROFILE_UPLOAD_S", 10)))
 
 
 def pyroscope_tags(attrs: Mapping[str, str]) -> dict[str, str]:

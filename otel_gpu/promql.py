@@ -15,6 +15,8 @@ from typing import Any, Iterable
 
 import httpx
 
+from .http_deadline import deadline_client, install, request
+
 TimeLike = float | int | datetime
 
 
@@ -128,8 +130,9 @@ def _os_cause(exc: BaseException) -> str:
 class PromClient:
     """Client for ``/api/v1`` of a Prometheus-compatible server at ``base_url``.
 
-    ``timeout`` is seconds per request. Pass ``client`` to share an ``httpx.Client`` (its own
-    timeout then applies unless it has none); otherwise the client owns one (``close()``).
+    ``timeout`` is seconds per request, the whole of it: connect, send and every read of the answer
+    (``http_deadline``). Pass ``client`` to share an ``httpx.Client``; otherwise the client owns one
+    (``close()``).
     """
 
     def __init__(
@@ -144,7 +147,11 @@ class PromClient:
         self.timeout = timeout
         self.name = name
         self._owns_client = client is None
-        self._client = client or httpx.Client(timeout=timeout)
+        if client is None:
+            client = deadline_client(timeout)
+        else:
+            install(client)
+        self._client = client
         self.stats = QueryStats()
         self.last_warnings: list[str] = []
 
@@ -198,7 +205,7 @@ class PromClient:
         """True when the server answers 200 on ``/-/ready`` (VictoriaMetrics: also ``/health``)."""
         for path in ("/-/ready", "/health"):
             try:
-                r = self._client.get(self.base_url + path, timeout=self.timeout)
+                r = request(self._client, "GET", self.base_url + path, timeout=self.timeout)
             except httpx.HTTPError:
                 return False
             if r.status_code == 200:
@@ -236,9 +243,9 @@ class PromClient:
         try:
             try:
                 if method == "POST":
-                    r = self._client.post(url, data=params, timeout=self.timeout)
+                    r = request(self._client, "POST", url, data=params, timeout=self.timeout)
                 else:
-                    r = self._client.get(url, params=params, timeout=self.timeout)
+                    r = request(self._client, "GET", url, params=params, timeout=self.timeout)
             except httpx.TimeoutException:
                 raise PromError(
                     f"{self.name} at {self.base_url} did not answer within {self.timeout:g} s ({path})"

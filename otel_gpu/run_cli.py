@@ -10,6 +10,10 @@ Every Python process the command starts (python, torchrun, deepspeed, llamafacto
 and their ranks) imports our `sitecustomize` from PYTHONPATH, which instruments torch
 optimizers, the HF Trainer, DeepSpeed engines and Lightning as they are imported.
 The command's exit status is returned unchanged (a signal death N as 128 + N).
+SIGINT, SIGTERM and SIGHUP are forwarded to the command; one that has not exited --grace seconds
+(default 10) after SIGTERM or SIGHUP is killed with its processes (SIGKILL). Processes the command
+leaves running when it exits are ended (SIGTERM, SIGKILL after the grace period). If otel-gpu run
+itself is killed, the node agent and the command get SIGTERM from the kernel.
 """
 from __future__ import annotations
 
@@ -22,8 +26,9 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
+from . import children
 from .errors import UsageError
-from .values import url_type
+from .values import flag_type, number, url_type
 
 SITE_DIR = Path(__file__).resolve().parent / "training" / "_site"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +50,9 @@ def register(sub) -> None:
     p.add_argument("--no-agent", action="store_true", help="when recording: do not start the node agent")
     p.add_argument("--agent-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the node agent (repeatable), e.g. --agent-arg=--no-gpu")
+    p.add_argument("--grace", metavar="SECONDS", type=grace_type, default=children.DEFAULT_GRACE_S,
+                   help="after SIGTERM or SIGHUP, wait this long (0-3600 s, default %(default)g) for the command "
+                        "before killing it and its processes (SIGKILL)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the training command, after --")
     p.set_defaults(func=run)
 
@@ -54,6 +62,9 @@ def _job_name(text: str) -> str:
     if not text.strip() or not text.isprintable():
         raise argparse.ArgumentTypeError(f"{text!r}: expected a non-empty name without control characters")
     return text.strip()
+
+
+grace_type = flag_type(number, lo=0.0, hi=3600.0)   # --grace: seconds, finite, 0 - 3600
 
 
 def check_agent_args(extra: list[str], env: Mapping[str, str]) -> None:
@@ -93,6 +104,11 @@ def exit_status(returncode: int) -> int:
 
 
 def run(args) -> int:
+    with children.SignalLatch() as latch, children.subreaper():   # before any child starts
+        return _run(args, latch)
+
+
+def _run(args, latch: children.SignalLatch) -> int:
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         raise UsageError("no command given: otel-gpu run [options] -- COMMAND...")
@@ -102,8 +118,12 @@ def run(args) -> int:
         raise UsageError("give either --record or --no-record, not both")
     record = bool(args.record or (not args.no_record and _record_by_default(os.environ, args.pyroscope)))
     start_agent = args.agent or (record and not args.no_agent)
+    from .settings_check import check_run_environment   # every OTELGPU_* value the ranks read: exit 2 now
+    check_run_environment(child_env(os.environ, args.pyroscope, args.no_profile, args.job))
     if start_agent:   # before anything starts: a bad --agent-arg is exit 2 with nothing left behind
         check_agent_args(args.agent_arg, child_env(os.environ, args.pyroscope, args.no_profile, args.job))
+    if latch.stopping is not None:
+        return 128 + latch.stopping
     recorded = None
     if record:
         recorded = _start_recording(args, command)
@@ -118,27 +138,66 @@ def run(args) -> int:
         warm = threading.Thread(target=importlib.import_module, args=("otel_gpu.report.build",), daemon=True)
         warm.start()
     agent_log = recorded.directory / "agent.log" if recorded is not None else None
-    agent = _start_agent(args.agent_arg, env, agent_log) if start_agent else None
+    agent = _start_agent(args.agent_arg, env, agent_log) if start_agent and latch.stopping is None else None
+    tracker = children.Tracker()
+    proc = None
     try:
-        proc = subprocess.Popen(command, env=env)
+        if latch.stopping is None:
+            proc = children.popen(command, env=env)
     except OSError as exc:
         _stop(agent)
         if recorded is not None:
             recorded.finish(127)
         raise UsageError(f"cannot start {command[0]}: {exc.strerror or exc}") from None
-    forwarded = {s: signal.signal(s, lambda num, frame: proc.send_signal(num)) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        returncode = proc.wait()
+        if proc is None:   # a signal came while things were starting: the command never ran
+            returncode = -latch.stopping
+        else:
+            latch.forward(proc.send_signal)
+            returncode = _wait(proc, latch, args.grace, tracker, keep=[p.pid for p in (proc, agent) if p])
     finally:
-        for s, handler in forwarded.items():
-            signal.signal(s, handler)
+        _end_leftovers(tracker, agent, args.grace)
         _stop(agent)
     status = exit_status(returncode)
     if recorded is not None:
         if warm is not None:
             warm.join()
-        _finish_recording(recorded, status, report=not args.no_report)
+        status = _finish_recording(recorded, status, report=not args.no_report and proc is not None)
     return status
+
+
+def _wait(proc: subprocess.Popen, latch: children.SignalLatch, grace_s: float, tracker: children.Tracker,
+          keep: list[int]) -> int:
+    """The command's return code; SIGKILL for it and its processes `grace_s` after SIGTERM/SIGHUP."""
+    import time
+
+    killed, reaped_at = False, time.monotonic()
+    while True:
+        try:
+            return proc.wait(timeout=0.1)
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if now - reaped_at >= 2.0:   # zombies of processes re-parented to us
+            tracker.reap_orphans(keep)
+            reaped_at = now
+        if not killed and latch.first_at is not None and now - latch.first_at >= grace_s:
+            n = children.kill_tree(proc.pid)
+            killed = True
+            print(f"otel-gpu run: the command did not exit within {grace_s:g} s of "
+                  f"{signal.Signals(latch.grace_signal).name}; killed it (SIGKILL)"
+                  + (f" with {n - 1} process(es) it started" if n > 1 else ""), file=sys.stderr, flush=True)
+
+
+def _end_leftovers(tracker: children.Tracker, agent: subprocess.Popen | None, grace_s: float) -> None:
+    """End what the command left running (daemons included): SIGTERM, SIGKILL after `grace_s`."""
+    keep = [agent.pid] if agent is not None else []
+    leftovers = tracker.new(exclude=keep)
+    if leftovers:
+        killed = children.end(leftovers, grace_s)
+        print(f"otel-gpu run: ended {len(leftovers)} process(es) the command left running"
+              + (f" ({killed} needed SIGKILL)" if killed else ""), file=sys.stderr, flush=True)
+    tracker.reap_orphans(keep)
 
 
 def _record_by_default(env: Mapping[str, str], pyroscope: str | None) -> bool:
@@ -156,22 +215,29 @@ def _start_recording(args, command: list[str]):
     return RecordedRun(directory, job, command, os.environ, args.pyroscope)
 
 
-def _finish_recording(recorded, status: int, report: bool) -> None:
-    """Close the store; then write the report and print the summary (a failure there is one line)."""
-    from .record.session import relative
+def _finish_recording(recorded, status: int, report: bool) -> int:
+    """Close the store; then write the report and print the summary (a failure there is one line).
+    Returns the run's status: the command's, or 1 for a command that succeeded while the
+    recording's disk filled up (one line saying so; no report then)."""
+    from .record.session import RecordingDiskFull, relative
 
-    recorded.finish(status)
+    try:
+        recorded.finish(status)
+    except RecordingDiskFull as exc:   # the command ran unaffected: a failure of its own wins
+        print(f"otel-gpu run: {exc}", file=sys.stderr, flush=True)
+        return status or 1
     if not report:
         print(f"otel-gpu run: recorded {relative(recorded.directory)}", file=sys.stderr)
-        return
+        return status
     try:
         from .report.build import write_report_for_run
         summary = write_report_for_run(recorded.directory)
     except Exception as exc:   # the recording is safe on disk; the report can be written again
         print(f"otel-gpu run: recorded {relative(recorded.directory)}; report failed ({exc}): "
               f"run `otel-gpu report {relative(recorded.directory)}`", file=sys.stderr)
-        return
+        return status
     print(summary, file=sys.stderr, flush=True)
+    return status
 
 
 def _start_agent(extra: list[str], env: Mapping[str, str], log: Path | None = None) -> subprocess.Popen | None:
@@ -180,11 +246,12 @@ def _start_agent(extra: list[str], env: Mapping[str, str], log: Path | None = No
     agent_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
     cmd = [sys.executable, "-c", "import sys; from otel_gpu.cli import main; sys.exit(main())",
            "agent", "--no-live", *extra]
+    cmd.append(f"--parent-pid={os.getpid()}")   # the agent also stops when it sees us gone
     try:
         if log is None:
-            return subprocess.Popen(cmd, env=agent_env, stdin=subprocess.DEVNULL)
+            return children.popen(cmd, env=agent_env, stdin=subprocess.DEVNULL)
         with open(log, "ab") as out:
-            return subprocess.Popen(cmd, env=agent_env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+            return children.popen(cmd, env=agent_env, stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     except OSError as exc:
         print(f"otel-gpu run: node agent not started: {exc}", file=sys.stderr)
         return None
@@ -198,4 +265,4 @@ def _stop(proc: subprocess.Popen | None, timeout: float = 5.0) -> None:
         proc.wait(timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait(timeout)
+        proc.wait()

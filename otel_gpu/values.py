@@ -54,6 +54,36 @@ def http_url(raw: str, what: str) -> str:
     return text
 
 
+SWITCH_ON = ("1", "true", "yes", "on")
+SWITCH_OFF = ("0", "false", "no", "off")
+
+
+def switch(raw: str, what: str) -> bool:
+    """An on/off setting: 1/true/yes/on or 0/false/no/off (any case)."""
+    text = str(raw).strip().lower()
+    if text in SWITCH_ON:
+        return True
+    if text in SWITCH_OFF:
+        return False
+    raise ConfigError(f"{what}={raw!r}: expected 1 or 0 (true/false, yes/no, on/off)")
+
+
+def choice(raw: str, what: str, choices: tuple[str, ...]) -> str:
+    """`raw` (stripped) if it is one of `choices`."""
+    text = str(raw).strip()
+    if text not in choices:
+        raise ConfigError(f"{what}={raw!r}: expected {' or '.join(choices)}")
+    return text
+
+
+def name_text(raw: str, what: str) -> str:
+    """A name (job, trial): one line of printable text, stripped."""
+    text = str(raw).strip()
+    if not text or not text.isprintable():
+        raise ConfigError(f"{what}={raw!r}: expected a non-empty name without control characters")
+    return text
+
+
 def flag_type(parse: Callable[..., object], **kwargs) -> Callable[[str], object]:
     """An argparse `type=` from a parser above: argparse names the flag in its error line."""
     def convert(raw: str):

@@ -25,10 +25,12 @@ from .. import names
 from ..errors import UsageError
 from ..errors import ConfigError
 from ..export import OtlpSettings, bounded_number, otlp_settings
+from ..values import bounded_int
 from .node import NodeConfig, build_node
 
 EMBEDDED_PROMETHEUS_PORT = 9464   # the OpenTelemetry Prometheus exporter's usual port
 FLUSH_TIMEOUT_S = 5.0
+MAX_PID = 4194304                 # Linux's largest pid_max (2**22)
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class AgentConfig:
     prometheus_port: int | None
     prometheus_host: str
     live: bool
+    parent_pid: int | None = None   # stop when this process is gone (`otel-gpu run` passes its pid)
 
 
 def _number(raw: str, what: str, lo: float, hi: float, kind=float):
@@ -74,7 +77,8 @@ def agent_config(args, env: Mapping[str, str], stdout_is_tty: bool) -> AgentConf
             raise UsageError(f"{flag} {root!r}: not a directory")
     node = NodeConfig(proc_root=args.proc_root, sys_root=args.sys_root, checkpoint_dirs=dirs,
                       process_patterns=patterns, fake_gpus=fake_gpus, gpus=not args.no_gpu)
-    return AgentConfig(node, interval_s, otlp, port, env.get("OTELGPU_PROMETHEUS_HOST", "127.0.0.1"), live)
+    return AgentConfig(node, interval_s, otlp, port, env.get("OTELGPU_PROMETHEUS_HOST", "127.0.0.1"), live,
+                       getattr(args, "parent_pid", None))
 
 
 def register(sub) -> None:
@@ -90,6 +94,8 @@ def register(sub) -> None:
     p.add_argument("--no-live", dest="live", action="store_false", help="never show the live terminal view")
     p.add_argument("--proc-root", default="/proc", help="where the host's /proc is mounted (containers)")
     p.add_argument("--sys-root", default="/sys", help="where the host's /sys is mounted (containers)")
+    p.add_argument("--parent-pid", type=bounded_int(1, MAX_PID), default=None, metavar="PID",
+                   help="stop (flushing as on SIGTERM) when process PID ends or is no longer the parent")
     p.add_argument("--once", action="store_true", help="take one snapshot and exit")
     p.add_argument("--json", action="store_true", help="with --once: print the snapshot as JSON")
     p.set_defaults(func=run_agent)

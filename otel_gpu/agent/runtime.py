@@ -9,6 +9,7 @@ import time
 
 from .sampler import Exported, Instruments, Sampler
 from .cli import FLUSH_TIMEOUT_S, AgentConfig, install_signal_handlers
+from ..children import watch_parent
 from ..export import merged_resource, meter_provider, otlp_exporter, periodic_reader
 from .exposition import Renderer, ScrapeEndpoint
 from ..identity import point_attributes, resource_attributes
@@ -54,6 +55,8 @@ class AgentRuntime:
 
     def run_until_signal(self) -> int:
         install_signal_handlers(self.stop_event)
+        if self.config.parent_pid is not None:
+            watch_parent(self.config.parent_pid, self.stop_event)
         # everything built so far (modules, OTel SDK, sources) lives as long as the process:
         # keep it out of the collector's full passes, which would otherwise walk it for nothing
         gc.freeze()

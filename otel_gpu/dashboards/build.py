@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .. import output
 
 SUFFIX = ".dashboard.py"
 
@@ -80,21 +80,9 @@ def generate(src: Path) -> list[Generated]:
 
 
 def write(generated: list[Generated], out: Path) -> list[Path]:
-    """Write each JSON file atomically (temp file + rename): never a half-written dashboard."""
+    """Write each JSON file whole (`otel_gpu.output`: temp file + rename): never a half-written dashboard."""
     out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for gen in generated:
-        target = out / gen.json_name
-        fd, tmp = tempfile.mkstemp(prefix="." + gen.json_name, dir=out)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(gen.text)
-            os.replace(tmp, target)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        written.append(target)
-    return written
+    return [output.write(out / gen.json_name, gen.text) for gen in generated]
 
 
 def differences(generated: list[Generated], out: Path) -> list[str]:

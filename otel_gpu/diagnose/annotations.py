@@ -11,6 +11,8 @@ import html
 
 import httpx
 
+from ..http_deadline import deadline_client, request
+
 MAX_PER_FINDING = 20
 
 
@@ -42,10 +44,13 @@ def post_annotations(grafana_url: str, token: str, payloads: list[dict], timeout
     base = grafana_url.rstrip("/")
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
     done = 0
-    with httpx.Client(timeout=timeout) as client:
+    with deadline_client(timeout) as client:
         for body in payloads:
             try:
-                r = client.post(f"{base}/api/annotations", json=body, headers=headers)
+                r = request(client, "POST", f"{base}/api/annotations", json=body, headers=headers, timeout=timeout)
+            except httpx.TimeoutException:
+                raise AnnotationError(f"Grafana at {base} did not answer within {timeout:g} s"
+                                      f" ({done} of {len(payloads)} written)") from None
             except httpx.HTTPError as exc:
                 raise AnnotationError(f"Grafana at {base} is unreachable: {exc}") from None
             if r.status_code != 200:

@@ -131,14 +131,17 @@ def run(args) -> int:
         thresholds = load_thresholds(args.thresholds)
     except ThresholdError as exc:
         raise UsageError(str(exc)) from None
+    _check_outputs(args)
     token = args.grafana_token or os.environ.get("OTELGPU_GRAFANA_TOKEN")
     if args.grafana and not token:
         raise UsageError("--grafana needs a token: --grafana-token or OTELGPU_GRAFANA_TOKEN")
     if args.dirs:
         from ..record.diagnose import diagnose_recording
-        from ..record.reader import RecordingError
+        from ..record.reader import RecordingError, RecordingVersionError
         try:
             result = diagnose_recording(args.dirs, thresholds=thresholds, require_steps=not args.gpu_only)
+        except RecordingVersionError as exc:   # written by another otel-gpu: bad input
+            raise UsageError(str(exc)) from None
         except (RecordingError, DiagnoseError) as exc:
             return _fail(str(exc))
         return _output(args, result, token)
@@ -159,10 +162,32 @@ def run(args) -> int:
     return _output(args, result, token)
 
 
+def _inputs(args) -> list[str]:
+    """The files this command reads: no output may replace one of them."""
+    from ..record.store import DB_NAME
+    return [os.path.join(d, DB_NAME) for d in (args.dirs or ())] + ([args.thresholds] if args.thresholds else [])
+
+
+def _outputs(args) -> list[tuple[str, str]]:
+    """(flag, path) of every file output asked for ('-' is stdout, not a file)."""
+    return [(flag, path) for flag, path in (("--json", args.json), ("--markdown", args.markdown),
+                                            ("--tune-space", args.tune_space)) if path and path != "-"]
+
+
+def _check_outputs(args) -> None:
+    """Refuse an output that is a folder or one of the inputs before any work (exit 2)."""
+    from .. import output
+    inputs = _inputs(args)
+    for flag, path in _outputs(args):
+        output.check(path, inputs, label=f"{flag} {path}")
+
+
 def _output(args, result, token) -> int:
+    from .. import output
     from . import report as rp
     from .annotations import AnnotationError, annotation_payloads, post_annotations
 
+    inputs = _inputs(args)
     d = result.as_dict()
     outputs = {"json": json.dumps(d, indent=1, default=str) + "\n", "markdown": rp.markdown(d)}
     to_stdout = False
@@ -173,7 +198,7 @@ def _output(args, result, token) -> int:
             to_stdout = True
         elif path:
             try:
-                rp.write_atomic(path, outputs[kind])
+                output.write(path, outputs[kind], inputs, label=f"--{kind} {path}")
             except OSError as exc:
                 return _fail(f"cannot write {path}: {exc.strerror or exc}")
     space = next((f["tune_space"] for f in d["findings"] if f["tune_space"]), None)
@@ -182,7 +207,8 @@ def _output(args, result, token) -> int:
             print("otel-gpu diagnose: no ZeRO communication finding: no tune space written", file=sys.stderr)
         else:
             try:
-                rp.write_atomic(args.tune_space, json.dumps(space, indent=1) + "\n")
+                output.write(args.tune_space, json.dumps(space, indent=1) + "\n", inputs,
+                             label=f"--tune-space {args.tune_space}")
             except OSError as exc:
                 return _fail(f"cannot write {args.tune_space}: {exc.strerror or exc}")
     if not to_stdout:

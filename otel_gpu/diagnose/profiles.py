@@ -18,6 +18,7 @@ from typing import Iterable, Mapping, Sequence
 
 import httpx
 
+from ..http_deadline import deadline_client, request
 from ..profile_threads import is_own
 
 # Collectives and ZeRO parameter-fetch / gradient-partition functions (matched in frame names).
@@ -175,7 +176,10 @@ def fetch_pyroscope(url: str, app: str, start: float, end: float, timeout: float
         q = f'{CPU_PROFILE}{{service_name="{app}"{extra}}}'
         params = {"query": q, "from": str(int(start)), "until": str(int(end)), "format": "json", "maxNodes": "8192"}
         try:
-            r = httpx.get(f"{base}/pyroscope/render", params=params, timeout=timeout)
+            with deadline_client(timeout) as client:
+                r = request(client, "GET", f"{base}/pyroscope/render", params=params, timeout=timeout)
+        except httpx.TimeoutException:
+            raise PyroscopeError(f"Pyroscope at {base} did not answer within {timeout:g} s") from None
         except httpx.HTTPError as exc:
             raise PyroscopeError(f"Pyroscope at {base} is unreachable: {exc}") from None
         if r.status_code != 200:

@@ -1,10 +1,7 @@
-"""Rendering a diagnosis: terminal text, Markdown, JSON (pure), and atomic file writes."""
+"""Rendering a diagnosis: terminal text, Markdown, JSON (pure); files are written by `otel_gpu.output`."""
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from pathlib import Path
 
 from . import fmt
 from .findings import Finding
@@ -95,22 +92,6 @@ def markdown(d: dict) -> str:
     if missing:
         out += ["", "## Not checked", ""] + [f"- {f['title']}" for f in missing]
     return "\n".join(out) + "\n"
-
-
-def write_atomic(path: str | os.PathLike, content: str) -> None:
-    """Write via a temporary file in the same directory, then rename: never a half-written file."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent or ".")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(content)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def findings_from_dicts(rows: list[dict]) -> list[Finding]:

@@ -11,11 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from .store import DB_NAME, FORMAT
+from .store import DB_NAME, FORMAT, VERSION
 
 
 class RecordingError(RuntimeError):
     """A directory that holds no readable recording: one line for the user."""
+
+
+class RecordingVersionError(RecordingError):
+    """A recording written in a format version this otel-gpu does not read: bad input (exit 2)."""
 
 
 @dataclass
@@ -61,7 +65,14 @@ def _connect(d: Path) -> sqlite3.Connection:
     except sqlite3.DatabaseError as exc:
         raise RecordingError(f"{path}: unreadable ({exc})") from None
     if meta.get("format") != FORMAT:
+        db.close()
         raise RecordingError(f"{path}: not an otel-gpu recording")
+    version = meta.get("version")
+    if version != VERSION:
+        db.close()
+        shown = "none" if version is None else repr(" ".join(str(version).split())[:40])
+        raise RecordingVersionError(f"{path}: recording format version {shown}; this otel-gpu reads version "
+                                    f"{VERSION} only")
     return db
 
 

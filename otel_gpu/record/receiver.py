@@ -3,7 +3,9 @@
 One `ThreadingHTTPServer` on 127.0.0.1 answers `POST /v1/metrics` (OTLP/HTTP protobuf, what every
 rank's and the node agent's exporter sends) and `POST /push.v1.PusherService/Push` (what the
 pyroscope-io agent sends). Handlers decode; one writer thread stores, a request per transaction,
-and the sender gets its answer once its data is committed. With `forward_*` set, each body is also
+and the sender gets its answer once its data is committed. When the disk is full (or failing) the
+request is answered as received, counted in `lost_requests`, and the first such error is kept in
+`disk_error` for the run to report once at its end. With `forward_*` set, each body is also
 sent on, unchanged, to the collector / Pyroscope the user configured (the recording and the stack
 then see the same data).
 """
@@ -17,8 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
+from ..http_deadline import deadline_client, request
 from . import decode
-from .store import Writer
+from .store import DiskError, Writer
 
 log = logging.getLogger("otel_gpu.record")
 
@@ -39,6 +42,7 @@ class Counts:
     samples: int = 0
     rejected: int = 0
     forward_failures: int = 0
+    lost_requests: int = 0    # not stored: the disk was full or failing (see Receiver.disk_error)
 
 
 class Receiver:
@@ -53,7 +57,8 @@ class Receiver:
         self._jobs: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
         self._closed = False
-        self._http = httpx.Client(timeout=10.0) if (forward_metrics or forward_profiles) else None
+        self.disk_error: DiskError | None = None   # the first full-disk / I/O error; the run reports it at its end
+        self._http = deadline_client(10.0) if (forward_metrics or forward_profiles) else None
         self.server = ThreadingHTTPServer((host, port), _handler(self))
         self.server.daemon_threads = True
         self.url = f"http://{host}:{self.server.server_port}"
@@ -92,7 +97,7 @@ class Receiver:
 
     def forward(self, url: str, body: bytes, headers: dict[str, str]) -> bool:
         try:
-            r = self._http.post(url, content=body, headers=headers)
+            r = request(self._http, "POST", url, timeout=10.0, content=body, headers=headers)
             ok = r.status_code < 300
         except httpx.HTTPError:
             ok = False
@@ -113,6 +118,11 @@ class Receiver:
                 else:
                     self.counts.samples += self.writer.add_profiles(rows)
                     self.counts.profile_requests += 1
+            except DiskError as exc:   # kept for the end of the run; later requests still try (space may return)
+                self.counts.lost_requests += 1
+                if self.disk_error is None:
+                    self.disk_error = exc
+                box.append(exc)
             except Exception as exc:   # handed to the request's thread, which answers 500
                 box.append(exc)
             finally:
@@ -147,6 +157,10 @@ def _handler(rx: Receiver):
                 rx.store(kind, rows)
             except Closed:
                 return self._answer(503, b"the recording is closed")
+            except DiskError:
+                # the run says so once, at its end; the sender cannot help (a retry fills the same disk),
+                # so it is not told: no error line per export in the training's output
+                pass
             except Exception as exc:
                 log.warning("otel-gpu record: cannot write: %s", exc)
                 return self._answer(500, b"cannot write")

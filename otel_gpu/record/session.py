@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..errors import UsageError
-from ..identity import job_name
+from ..errors import Failure, UsageError
+from ..identity import job_folder_name, job_name
 from .receiver import Receiver
-from .store import Writer
+from .store import DiskError, Writer
 
 DEFAULT_ROOT = "otel-gpu-runs"
 EXPORT_INTERVAL_MS = "1000"   # a recorded run's metric export interval (loopback: cheap)
@@ -43,9 +43,10 @@ def default_job(env: Mapping[str, str], command: Sequence[str]) -> str:
 
 
 def run_dir(root: Path, job: str, now: float) -> Path:
-    """`root/<job>-<UTC time>` (a suffix when it exists already)."""
+    """`root/<job>-<UTC time>` (a suffix when it exists already): always a direct child of `root`,
+    whatever the job name (`job_folder_name`: no '/', no '..', no leading dot, bounded length)."""
     stamp = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    base = root / f"{job}-{stamp}"
+    base = root / f"{job_folder_name(job)}-{stamp}"
     d, i = base, 1
     while d.exists():
         i += 1
@@ -68,6 +69,16 @@ def metrics_forward_url(env: Mapping[str, str]) -> str | None:
     return url
 
 
+class RecordingDiskFull(Failure):
+    """The recording's disk filled up (or failed) during the run: one line naming the folder."""
+
+    def __init__(self, directory: Path, problem: str, lost_requests: int = 0):
+        lost = f", {lost_requests} export(s) not recorded" if lost_requests else ""
+        super().__init__(f"recording {relative(directory)} incomplete: {problem}{lost}; what was recorded "
+                         f"until then is kept (free space there, then `otel-gpu report {relative(directory)}`)")
+        self.directory = directory
+
+
 class RecordedRun:
     """Owns the run directory, the store and the receiver of one recorded run."""
 
@@ -83,8 +94,12 @@ class RecordedRun:
             raise UsageError(f"cannot write the recording to {directory}: {exc.strerror or exc}") from None
         self.directory, self.job = directory, job
         self.started = time.time()
-        self.writer = Writer(directory, {"job": job, "command": json.dumps(list(command)),
-                                         "host": socket.gethostname(), "started": repr(self.started)})
+        try:
+            self.writer = Writer(directory, {"job": job, "command": json.dumps(list(command)),
+                                             "host": socket.gethostname(), "started": repr(self.started)})
+        except DiskError as exc:
+            raise Failure(f"cannot record in {relative(directory)}: {exc.problem}; free space there (or "
+                          "--record DIR on another disk)") from None
         self.receiver = Receiver(self.writer, forward_metrics=forward_metrics,
                                  forward_profiles=pyroscope or env.get("OTELGPU_PYROSCOPE_URL") or None).start()
 
@@ -104,10 +119,22 @@ class RecordedRun:
         return out
 
     def finish(self, exit_status: int) -> None:
-        """Write the end of the run and close the store (what was queued is written first)."""
+        """Write the end of the run and close the store (what was queued is written first).
+
+        Raises RecordingDiskFull (one line, exit 1) when the disk was full or failing at any time
+        of the run, after closing the store: what was committed until then stays readable."""
         self.receiver.stop()
-        self.writer.set_meta({"ended": repr(time.time()), "exit_status": str(exit_status)})
-        self.writer.close()
+        failed = self.receiver.disk_error
+        try:
+            self.writer.set_meta({"ended": repr(time.time()), "exit_status": str(exit_status)})
+        except DiskError as exc:
+            failed = failed or exc
+        try:
+            self.writer.close()
+        except DiskError as exc:
+            failed = failed or exc
+        if failed is not None:
+            raise RecordingDiskFull(self.directory, failed.problem, self.receiver.counts.lost_requests)
 
 
 def relative(path: Path) -> str:

@@ -16,15 +16,20 @@ read it with the `sqlite3` shell. Tables:
                                                   run, written when the recording is closed (absent after a crash)
 
 `Writer` is used by one thread (the receiver's writer); each `add_*` call is one transaction, so a
-crash loses at most the request being written.
+crash loses at most the request being written. A full or failing disk (SQLite's SQLITE_FULL /
+SQLITE_IOERR, the system's ENOSPC / EIO) is one `DiskError` naming the folder, whatever step hit it;
+what was committed before stays readable.
 """
 from __future__ import annotations
 
+import errno
 import json
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Mapping
 
+from ..errors import Failure
 from .decode import Point, ProfileRows
 
 FORMAT = "otel-gpu-recording"
@@ -55,6 +60,35 @@ CREATE TABLE IF NOT EXISTS stack_totals(
 """
 
 
+DISK_FULL, DISK_IO = "the disk is full", "the disk fails (I/O error)"
+
+
+def disk_problem(exc: BaseException) -> str | None:
+    """What is wrong with the disk under the store, from SQLite's error (SQLITE_FULL, SQLITE_IOERR_*)
+    or the system's (ENOSPC, EDQUOT, EIO); None for any other error."""
+    if isinstance(exc, sqlite3.Error):
+        name = getattr(exc, "sqlite_errorname", "") or ""
+        text = str(exc)
+        if name == "SQLITE_FULL" or "database or disk is full" in text:
+            return DISK_FULL
+        if name.startswith("SQLITE_IOERR") or "disk I/O error" in text:
+            return DISK_IO
+    elif isinstance(exc, OSError):
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            return DISK_FULL
+        if exc.errno == errno.EIO:
+            return DISK_IO
+    return None
+
+
+class DiskError(Failure):
+    """The store could not write because its disk is full or failing; `problem` says which."""
+
+    def __init__(self, directory: Path, problem: str):
+        super().__init__(f"{directory}: {problem}")
+        self.directory, self.problem = directory, problem
+
+
 def _json(pairs) -> str:
     return json.dumps(dict(pairs), sort_keys=True, separators=(",", ":"))
 
@@ -63,19 +97,40 @@ class Writer:
     """Appends points and profiles to `<dir>/recording.sqlite` (created with its schema)."""
 
     def __init__(self, directory: Path, meta: Mapping[str, str] = ()):
-        directory.mkdir(parents=True, exist_ok=True)
-        self.path = directory / DB_NAME
-        self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self.db.executescript(SCHEMA)
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.directory = directory
+        with self._disk():
+            directory.mkdir(parents=True, exist_ok=True)
+            self.path = directory / DB_NAME
+            self.db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+            try:
+                self.db.executescript(SCHEMA)
+                self.db.execute("PRAGMA synchronous=NORMAL")
+            except BaseException:
+                self.db.close()
+                raise
         self._resources: dict[str, int] = {}
         self._series: dict[tuple, int] = {}
         self._stacks: dict[tuple, int] = {}
         self._stats: dict[int, list] = {}   # series -> [n, first_t, first, last_t, last, last_count, sum, max]
         self.set_meta({"format": FORMAT, "version": VERSION, **dict(meta)})
 
+    @contextmanager
+    def _disk(self):
+        """SQLite's and the system's disk-full and I/O errors as one DiskError naming the folder."""
+        try:
+            yield
+        except (sqlite3.Error, OSError) as exc:
+            problem = disk_problem(exc)
+            if problem is None:
+                raise
+            raise DiskError(self.directory, problem) from exc
+
+    def _rollback(self) -> None:
+        if self.db.in_transaction:   # SQLite may have rolled back already (a full disk does that)
+            self.db.execute("ROLLBACK")
+
     def set_meta(self, meta: Mapping[str, str]) -> None:
-        with self.db:
+        with self._disk(), self.db:
             self.db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", [(k, str(v)) for k, v in meta.items()])
 
     def _id(self, cache: dict, key, insert: str, args: tuple, select: str, sargs: tuple) -> int:
@@ -87,7 +142,11 @@ class Writer:
         return got
 
     def add_points(self, points: Iterable[Point]) -> int:
-        """Store points in one transaction; returns how many."""
+        """Store points in one transaction; returns how many. DiskError when the disk is full."""
+        with self._disk():
+            return self._add_points(points)
+
+    def _add_points(self, points: Iterable[Point]) -> int:
         rows = []
         self.db.execute("BEGIN")
         try:
@@ -110,7 +169,7 @@ class Writer:
             self.db.executemany("INSERT OR REPLACE INTO points VALUES (?,?,?,?,?)", rows)
             self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self._rollback()
             raise
         return len(rows)
 
@@ -128,7 +187,12 @@ class Writer:
         return sid
 
     def add_profiles(self, profiles: Iterable[ProfileRows]) -> int:
-        """Store profiles and their samples in one transaction; returns the number of samples."""
+        """Store profiles and their samples in one transaction; returns the number of samples.
+        DiskError when the disk is full."""
+        with self._disk():
+            return self._add_profiles(profiles)
+
+    def _add_profiles(self, profiles: Iterable[ProfileRows]) -> int:
         n = 0
         self.db.execute("BEGIN")
         try:
@@ -149,16 +213,22 @@ class Writer:
                 n += len(rows)
             self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self._rollback()
             raise
         return n
 
     def close(self) -> None:
-        """Write the per-series statistics of the whole run, fold the journal into the file, close."""
-        with self.db:
-            self.db.executemany("INSERT OR REPLACE INTO series_stats VALUES (?,?,?,?,?,?,?,?,?)",
-                                [(sid, n, ft, f, lt, last, lc, total / n, mx)
-                                 for sid, (n, ft, f, lt, last, lc, total, mx) in self._stats.items()])
-        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        self.db.execute("PRAGMA journal_mode=DELETE")   # finished: one plain file, no -wal/-shm beside it
-        self.db.close()
+        """Write the per-series statistics of the whole run, fold the journal into the file, close.
+
+        The connection is closed whatever happens; on a full disk (DiskError) what was committed
+        stays readable (in the file and its -wal journal), only the statistics may be missing."""
+        try:
+            with self._disk():
+                with self.db:
+                    self.db.executemany("INSERT OR REPLACE INTO series_stats VALUES (?,?,?,?,?,?,?,?,?)",
+                                        [(sid, n, ft, f, lt, last, lc, total / n, mx)
+                                         for sid, (n, ft, f, lt, last, lc, total, mx) in self._stats.items()])
+                self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                self.db.execute("PRAGMA journal_mode=DELETE")   # finished: one plain file, no -wal/-shm beside it
+        finally:
+            self.db.close()

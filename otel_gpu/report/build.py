@@ -3,20 +3,20 @@ flame graphs, summary; written atomically as one HTML file."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
+from .. import output
 from ..diagnose import run_rules
 from ..diagnose.findings import Finding
-from ..diagnose.report import write_atomic
 from ..diagnose.thresholds import Thresholds
 from ..diagnose.model import DiagnoseError
 from ..record.reader import Recording, RecordingError
 from ..record.session import relative
+from ..record.store import DB_NAME
 from ..record.window import recorded_window
 from . import data as rd
 from .flames import flames
@@ -68,13 +68,19 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
     return Built(render(data), findings, summary, rec.job, time.perf_counter() - t0)
 
 
-def write_report(dirs: Sequence[Path], out: Path, thresholds: Thresholds | None = None) -> Built:
+def input_files(dirs: Sequence[Path]) -> list[Path]:
+    """The files a report reads: its output may replace none of them."""
+    return [Path(d) / DB_NAME for d in dirs]
+
+
+def write_report(dirs: Sequence[Path], out: Path, thresholds: Thresholds | None = None,
+                 inputs: Sequence[Path | str] = ()) -> Built:
+    """Build the report of `dirs` and write it to `out` (never over one of `inputs` nor a recording)."""
+    inputs = [*inputs, *input_files(dirs)]
+    output.check(out, inputs)
     with Recording.open(dirs) as rec:
         built = build(rec, thresholds)
-    write_atomic(str(out), built.html)
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(out, 0o666 & ~mask)   # a report is for sharing: the umask's mode, not the temp file's 0600
+    output.write(out, built.html, inputs)   # a new report gets the umask's mode; an existing one keeps its own
     return built
 
 

@@ -2,7 +2,12 @@
 
 Several directories are the nodes of one job (each node records its own); their series and
 profiles are merged. Exit status: 0 written, 1 a directory holds no readable recording or the
-file cannot be written, 2 bad arguments.
+file cannot be written (a full disk), 2 bad arguments, a recording of another format version, or an
+output that is a folder or one of the recordings.
+
+The output is written by the rules of every otel-gpu output (docs/record.md, "Outputs"): a file is
+replaced whole and keeps its mode and owner, a link is followed, /dev/null, /dev/stdout and named
+pipes are written through.
 """
 from __future__ import annotations
 
@@ -24,8 +29,9 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from ..diagnose.thresholds import ThresholdError, load_thresholds
-    from ..record.reader import RecordingError
-    from .build import REPORT_NAME, summary_text, write_report
+    from ..record.reader import RecordingError, RecordingVersionError
+    from .. import output
+    from .build import REPORT_NAME, input_files, summary_text, write_report
 
     dirs = [Path(d) for d in args.dirs]
     for d in dirs:
@@ -36,8 +42,12 @@ def run(args) -> int:
     except ThresholdError as exc:
         raise UsageError(str(exc)) from None
     out = Path(args.output) if args.output else dirs[0] / REPORT_NAME
+    inputs = [*input_files(dirs), *([args.thresholds] if args.thresholds else [])]
+    output.check(out, inputs, label=f"-o {out}" if args.output else None)   # before any work: exit 2
     try:
-        built = write_report(dirs, out, thresholds)
+        built = write_report(dirs, out, thresholds, inputs)
+    except RecordingVersionError as exc:
+        raise UsageError(str(exc)) from None
     except RecordingError as exc:
         print(f"otel-gpu report: {exc}", file=sys.stderr)
         return 1

@@ -18,6 +18,7 @@ from typing import Callable, Iterable
 from .. import names
 from ..readings import Reading, SourceError
 from .net import CounterState
+from .procfields import counter
 
 SECTOR = 512  # bytes
 MOD32 = 2**32
@@ -46,14 +47,20 @@ class Mount:
 
 
 # ---- pure parsers --------------------------------------------------------------------
-def parse_diskstats(text: str) -> list[DiskStats]:
-    """Parse `/proc/diskstats` (14-, 18- or 20-field lines; shorter lines are skipped)."""
+def parse_diskstats(text: str, bad: list[str] | None = None) -> list[DiskStats]:
+    """Parse `/proc/diskstats` (14-, 18- or 20-field lines; shorter lines are skipped). A line
+    with a counter that is not a non-negative integer is left out and described in `bad`."""
     out = []
     for line in text.splitlines():
         f = line.split()
         if len(f) < 14:
             continue
-        v = [int(x) for x in f[3:14]]
+        try:
+            v = [counter(x) for x in f[3:14]]
+        except ValueError as e:
+            if bad is not None:
+                bad.append(f"{f[2]}: {e}")
+            continue
         out.append(DiskStats(f[2], reads=v[0], read_sectors=v[2], read_ms=v[3], writes=v[4],
                              write_sectors=v[6], write_ms=v[7], io_ms=v[9]))
     return out
@@ -169,12 +176,18 @@ class DiskSource:
 
     def _devices(self) -> list[DiskStats]:
         path = os.path.join(self.proc_root, "diskstats")
+        bad: list[str] = []
         try:
             with open(path) as f:
-                stats = parse_diskstats(f.read())
+                stats = parse_diskstats(f.read(), bad)
         except OSError as e:
             raise SourceError(f"disk: {path}: {e.strerror or e}")
         self._unreadable.pop(path, None)
+        for key in [k for k in self._unreadable if k.startswith(path + " (malformed")]:
+            del self._unreadable[key]
+        for i, why in enumerate(bad):   # lines left out of this read: each one a partial error
+            self.partial_errors += 1
+            self._unreadable[f"{path} (malformed line {i + 1})"] = why
         if self.all_devices:
             return stats
         return [s for s in stats if self._is_whole_disk(s.name)]

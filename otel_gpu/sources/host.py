@@ -14,6 +14,7 @@ from .. import names
 from ..readings import SLOW_READ_S, Reading, SourceError
 
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+_MEMORY_FIELDS = ("total", "available", "free", "buffers", "cached")
 SWAP_PAGE = 4096  # psutil reports swap-in/out as pages * 4096 bytes on Linux
 
 
@@ -53,6 +54,24 @@ def memory_utilization(vm: Any) -> float:
     return (vm.total - available) / vm.total if vm.total else 0.0
 
 
+def non_negative(sample: Any, fields: tuple[str, ...]) -> Any:
+    """`sample` (a psutil named tuple) when each of its `fields` it has is a number >= 0;
+    ValueError otherwise (a malformed /proc value is never exported; the read counts as failed)."""
+    for f in fields:
+        value = getattr(sample, f, 0)
+        if not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"{f}={value!r}: not a non-negative number")
+    return sample
+
+
+def non_negative_values(values: tuple) -> tuple:
+    """`values` (a plain tuple, e.g. load averages) when each is a number >= 0; ValueError otherwise."""
+    for i, value in enumerate(values):
+        if not isinstance(value, (int, float)) or not value >= 0:
+            raise ValueError(f"value {i + 1} = {value!r}: not a non-negative number")
+    return values
+
+
 # ---- the source ------------------------------------------------------------------------
 class HostSource:
     """CPU utilization by mode, logical CPUs, memory, swap and 1-minute load."""
@@ -77,7 +96,7 @@ class HostSource:
         return cached[1]
 
     def _cpu_times(self) -> dict[str, float]:
-        t = self.ps.cpu_times()
+        t = non_negative(self.ps.cpu_times(), CPU_MODES)
         return {m: float(getattr(t, m)) for m in CPU_MODES if hasattr(t, m)}
 
     def _part(self, what: str, fn):
@@ -108,20 +127,21 @@ class HostSource:
         count = self._slow_part("cpu_count", lambda: self.ps.cpu_count(logical=True))
         if count:
             out.append(Reading(names.CPU_COUNT, float(count)))
-        vm = self._part("virtual_memory", self.ps.virtual_memory)
+        vm = self._part("virtual_memory", lambda: non_negative(self.ps.virtual_memory(), _MEMORY_FIELDS))
         if vm is not None:
             out += [Reading(names.MEMORY_USAGE, float(v), {names.MEMORY_STATE: s}) for s, v in memory_states(vm).items()]
             out.append(Reading(names.MEMORY_LIMIT, float(vm.total)))
             out.append(Reading(names.MEMORY_UTILIZATION, memory_utilization(vm)))
             self._last["memory_total"] = int(vm.total)
-        sw = self._slow_part("swap_memory", self.ps.swap_memory)   # parses all of /proc/vmstat
+        sw = self._slow_part("swap_memory",   # parses all of /proc/vmstat
+                             lambda: non_negative(self.ps.swap_memory(), ("total", "used", "free", "sin", "sout")))
         if sw is not None:
             out.append(Reading(names.PAGING_USAGE, float(sw.used), {names.PAGING_STATE: "used"}))
             out.append(Reading(names.PAGING_USAGE, float(sw.free), {names.PAGING_STATE: "free"}))
             out.append(Reading(names.PAGING_OPERATIONS, float(sw.sin // SWAP_PAGE), {names.PAGING_DIRECTION: "in"}))
             out.append(Reading(names.PAGING_OPERATIONS, float(sw.sout // SWAP_PAGE), {names.PAGING_DIRECTION: "out"}))
             self._last["swap_total"] = int(sw.total)
-        load = self._part("getloadavg", self.ps.getloadavg)
+        load = self._part("getloadavg", lambda: non_negative_values(self.ps.getloadavg()))
         if load is not None:
             out.append(Reading(names.LOAD_1M, float(load[0])))
         if not out and self._failed and len(self._failed) == 5:

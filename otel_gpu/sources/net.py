@@ -17,6 +17,7 @@ from typing import Callable, Hashable, Iterable
 
 from .. import names
 from ..readings import Reading, SourceError
+from .procfields import counter
 
 # /proc/net/dev columns after "iface:", receive then transmit (8 each).
 _RX_COLUMNS = ("bytes", "packets", "errs", "drop", "fifo", "frame", "compressed", "multicast")
@@ -67,8 +68,9 @@ class CounterState:
 
 
 # ---- pure parsers ----------------------------------------------------------------
-def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
-    """Parse `/proc/net/dev` into {iface: {"rx_bytes": n, ..., "tx_drop": n}} (bytes, packets)."""
+def parse_net_dev(text: str, bad: list[str] | None = None) -> dict[str, dict[str, int]]:
+    """Parse `/proc/net/dev` into {iface: {"rx_bytes": n, ..., "tx_drop": n}} (bytes, packets).
+    A row with a field that is not a non-negative integer is left out and described in `bad`."""
     out: dict[str, dict[str, int]] = {}
     for line in text.splitlines():
         name, sep, rest = line.partition(":")
@@ -77,8 +79,13 @@ def parse_net_dev(text: str) -> dict[str, dict[str, int]]:
         values = rest.split()
         if len(values) < 16:
             continue
-        row = {f"rx_{c}": int(v) for c, v in zip(_RX_COLUMNS, values[:8])}
-        row.update({f"tx_{c}": int(v) for c, v in zip(_TX_COLUMNS, values[8:16])})
+        try:
+            row = {f"rx_{c}": counter(v) for c, v in zip(_RX_COLUMNS, values[:8])}
+            row.update({f"tx_{c}": counter(v) for c, v in zip(_TX_COLUMNS, values[8:16])})
+        except ValueError as e:
+            if bad is not None:
+                bad.append(f"{name.strip()}: {e}")
+            continue
         out[name.strip()] = row
     return out
 
@@ -141,7 +148,10 @@ class NetSource:
             with open(dev) as f:
                 text = f.read()
             self._origin = dev
-            return parse_net_dev(text)
+            bad: list[str] = []
+            stats = parse_net_dev(text, bad)
+            self._malformed(dev, bad)
+            return stats
         except OSError as e:
             self._unreadable[dev] = e.strerror or str(e)
         return self._sys_stats()
@@ -163,7 +173,7 @@ class NetSource:
                     path = os.path.join(base, iface, "statistics", f"{prefix}_{stem}")
                     try:
                         with open(path) as f:
-                            row[f"{prefix}_{column}"] = int(f.read())
+                            row[f"{prefix}_{column}"] = counter(f.read())
                     except FileNotFoundError:
                         row = None  # the interface vanished while we read it
                         break
@@ -192,6 +202,14 @@ class NetSource:
             error = f"{path}: {e.strerror or e}"
         self._speeds[iface] = _Speed(value, now, error)
         return value
+
+    def _malformed(self, path: str, bad: list[str]) -> None:
+        """Rows left out of this read: each one a partial error, listed in describe()."""
+        for key in [k for k in self._unreadable if k.startswith(path + " (malformed")]:
+            del self._unreadable[key]
+        for i, why in enumerate(bad):
+            self.partial_errors += 1
+            self._unreadable[f"{path} (malformed row {i + 1})"] = why
 
     def _note(self, path: str, err: Exception) -> None:
         self.partial_errors += 1

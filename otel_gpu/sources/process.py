@@ -17,9 +17,11 @@ import psutil
 from .. import names
 from ..readings import Reading
 from .procenv import rank_of
+from .procfields import counter
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100  # stat's time unit, Hz
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096  # bytes
+MALFORMED = "malformed: "   # a describe() note for an io file with fields left out
 
 
 @dataclass(frozen=True)
@@ -39,17 +41,22 @@ def parse_stat(text: str, clk_tck: int = CLK_TCK, page_size: int = PAGE_SIZE) ->
     counted from the last ')'."""
     open_, close = text.index("("), text.rindex(")")
     rest = text[close + 2:].split()  # rest[0] is field 3 (state)
-    utime, stime = int(rest[11]), int(rest[12])
-    return ProcStat(text[open_ + 1:close], (utime + stime) / clk_tck, int(rest[19]), int(rest[21]) * page_size)
+    utime, stime = counter(rest[11]), counter(rest[12])   # ValueError when negative or not a number
+    return ProcStat(text[open_ + 1:close], (utime + stime) / clk_tck, counter(rest[19]), counter(rest[21]) * page_size)
 
 
-def parse_io(text: str) -> dict[str, int]:
-    """Parse `/proc/<pid>/io` ("read_bytes: 4096" lines) into a dict."""
+def parse_io(text: str, bad: list[str] | None = None) -> dict[str, int]:
+    """Parse `/proc/<pid>/io` ("read_bytes: 4096" lines) into a dict (bytes, calls). A field that is
+    not a non-negative integer is left out and described in `bad`."""
     out = {}
     for line in text.splitlines():
         key, sep, value = line.partition(":")
         if sep:
-            out[key.strip()] = int(value)
+            try:
+                out[key.strip()] = counter(value)
+            except ValueError as e:
+                if bad is not None:
+                    bad.append(f"{key.strip()}: {e}")
     return out
 
 
@@ -145,9 +152,15 @@ class ProcessSource:
         with open(os.path.join(base, "stat")) as f:
             st = parse_stat(f.read())
         io = None
+        bad: list[str] = []
         try:
             with open(os.path.join(base, "io")) as f:
-                io = parse_io(f.read())
+                io = parse_io(f.read(), bad)
+            if bad:   # fields left out: a partial error, shown by describe() until a clean read
+                self.partial_errors += 1
+                self._no_io[pid] = MALFORMED + "; ".join(bad)
+            elif self._no_io.get(pid, "").startswith(MALFORMED):
+                del self._no_io[pid]
         except FileNotFoundError:
             self._no_io[pid] = "no io file (kernel without task I/O accounting)"
         except PermissionError as e:
@@ -213,7 +226,8 @@ class ProcessSource:
             t.cpu_s, t.at = cpu_s, now
             out.append(Reading(names.PROCESS_MEMORY, float(rss), attrs))
             if io is not None:
-                self._no_io.pop(pid, None)
+                if not self._no_io.get(pid, "").startswith(MALFORMED):
+                    self._no_io.pop(pid, None)
                 for direction, key in (("read", "read_bytes"), ("write", "write_bytes")):
                     if key in io:
                         out.append(Reading(names.PROCESS_DISK_IO, float(io[key]), {**attrs, names.DISK_DIRECTION: direction}))

@@ -102,20 +102,34 @@ def _annotation(text: str) -> str:
     return text
 
 
-def check_outputs(json_path: str | None, csv_dir: str | None) -> None:
-    """Refuse output paths that cannot be written, before any work: UsageError naming the flag."""
-    for flag, path, is_dir in (("--json", json_path, False), ("--csv", csv_dir, True)):
-        if not path:
+def input_files(*dirs: str) -> list[str]:
+    """The trace files of the folders (none for one that cannot be listed: reading it says why)."""
+    from .listing import list_traces
+
+    out: list[str] = []
+    for d in dirs:
+        try:
+            out += list_traces(d)[0]
+        except OSError:
             continue
-        parent = os.path.dirname(os.path.abspath(path))
-        if not is_dir and os.path.isdir(path):
-            raise UsageError(f"{flag} {path}: is a folder; give a file name")
-        if is_dir and os.path.exists(path) and not os.path.isdir(path):
-            raise UsageError(f"{flag} {path}: exists and is not a folder")
+    return out
+
+
+def check_outputs(json_path: str | None, csv_dir: str | None, inputs: list[str] = ()) -> None:
+    """Refuse output paths that cannot be written, or that are one of the input traces, before any
+    work: UsageError naming the flag."""
+    from .. import output
+
+    if json_path:
+        output.check(json_path, inputs, label=f"--json {json_path}")
+    if csv_dir:
+        parent = os.path.dirname(os.path.abspath(csv_dir))
+        if os.path.exists(csv_dir) and not os.path.isdir(csv_dir):
+            raise UsageError(f"--csv {csv_dir}: exists and is not a folder")
         if not os.path.isdir(parent):
-            raise UsageError(f"{flag} {path}: folder {parent} does not exist")
+            raise UsageError(f"--csv {csv_dir}: folder {parent} does not exist")
         if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"{flag} {path}: folder {parent} is not writable")
+            raise UsageError(f"--csv {csv_dir}: folder {parent} is not writable")
 
 
 def register(sub) -> None:
@@ -181,13 +195,13 @@ def _load(path: str, ranks=None, include_last_step: bool = False, jobs: int | No
         raise UsageError(str(exc)) from None
 
 
-def _write(args, doc: dict, files: dict[str, str] | None) -> bool:
+def _write(args, doc: dict, files: dict[str, str] | None, inputs: list[str]) -> bool:
     """Write the outputs; a failure while writing (disk full, permissions changed) is a runtime
     failure: one line on stderr, nothing half-written left behind, False."""
     from .report import write_outputs
 
     try:
-        write_outputs(args.json_out, doc, args.csv_dir, files)
+        write_outputs(args.json_out, doc, args.csv_dir, files, inputs)
     except OSError as exc:
         print(f"otel-gpu trace: cannot write outputs: {exc.strerror or exc} ({exc.filename or ''})",
               file=sys.stderr)
@@ -205,7 +219,8 @@ def run_analyze(args) -> int:
     from .analyze import Options, analyze
     from .report import csv_files, render_analysis
 
-    check_outputs(args.json_out, args.csv_dir)
+    inputs = input_files(args.dir)
+    check_outputs(args.json_out, args.csv_dir, inputs)
     if not args.kernel_sequences and (args.min_pattern_len is not None or args.top_k is not None):
         raise UsageError("--min-pattern-len and --top-k need --kernel-sequences OP")
     opts = Options(num_kernels=args.num_kernels, duration_ratio=args.duration_ratio,
@@ -219,7 +234,7 @@ def run_analyze(args) -> int:
     opts.thresholds.min_time_share_pct = args.min_impact
     ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs)
     doc = analyze(ts, opts)
-    if not _write(args, doc, csv_files(doc) if args.csv_dir else None):
+    if not _write(args, doc, csv_files(doc) if args.csv_dir else None, inputs):
         return 1
     if not args.quiet:
         render_analysis(doc, _console(), top=args.top, sequences_top=args.top_k or 5)
@@ -230,11 +245,12 @@ def run_diff(args) -> int:
     from .diff import diff_sets
     from .report import diff_csv, render_diff
 
-    check_outputs(args.json_out, args.csv_dir)
+    inputs = input_files(args.a, args.b)
+    check_outputs(args.json_out, args.csv_dir, inputs)
     a = _load(args.a)
     b = _load(args.b)
     doc = diff_sets(a, b)
-    if not _write(args, doc, diff_csv(doc) if args.csv_dir else None):
+    if not _write(args, doc, diff_csv(doc) if args.csv_dir else None, inputs):
         return 1
     if not args.quiet:
         render_diff(doc, _console(), top=args.top)

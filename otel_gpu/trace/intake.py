@@ -378,10 +378,19 @@ if _msgspec is not None:
 
 
 def decode_piece(piece: str, col: Collector) -> bool:
-    """Decode a JSON array of events and feed the collector; False when it is not valid JSON.
+    """Decode a JSON array of events and feed the collector; False when it is not valid JSON, or
+    nested too deeply for the decoders (which recurse: thousands of levels in ``args``); the caller
+    then decodes event by event, where the bad one is named.
 
     Fastest first: well-typed events in one vectorized intake, then any-typed structs event by
     event, then whole dicts (orjson or the standard library). Each path applies the same rules."""
+    try:
+        return _decode_piece(piece, col)
+    except RecursionError:   # raised by a decoder, before any event of the piece is taken
+        return False
+
+
+def _decode_piece(piece: str, col: Collector) -> bool:
     if _decode_structs is not None:
         try:
             if col.add_typed(_decode_typed(piece)):

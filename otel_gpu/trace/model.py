@@ -19,6 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from .listing import list_traces
 from .parse import RankEvents, TraceFormatError, describe_counts, read_trace
 
 COMMUNICATION, MEMORY, COMPUTATION, OTHER = "COMMUNICATION", "MEMORY", "COMPUTATION", "OTHER"
@@ -141,15 +142,19 @@ def _filter_rows(ev: RankEvents, gpu: np.ndarray) -> np.ndarray:
     return np.concatenate([np.repeat(gpu_pos, mult), cpu_keep]).astype(np.int64)
 
 
-def find_trace_files(directory: str) -> list[str]:
-    """The ``.json`` / ``.json.gz`` / ``.gz`` files of a folder, sorted by name."""
+def find_trace_files(directory: str) -> tuple[list[str], list[str]]:
+    """The ``.json`` / ``.json.gz`` / ``.gz`` files of a folder, sorted by name, and a note for each
+    entry so named that is not a regular file (skipped, see :mod:`.listing`)."""
     if not os.path.isdir(directory):
         raise TraceFormatError(f"{directory}: not a folder")
-    files = sorted(os.path.join(directory, f) for f in os.listdir(directory)
-                   if f.endswith((".json", ".gz")) and os.path.isfile(os.path.join(directory, f)))
+    try:
+        files, skipped = list_traces(directory)
+    except OSError as exc:
+        raise TraceFormatError(f"{directory}: cannot list ({exc.strerror or exc})") from None
     if not files:
-        raise TraceFormatError(f"{directory}: no .json or .json.gz trace files")
-    return files
+        raise TraceFormatError(f"{directory}: no .json or .json.gz trace files"
+                               + (f" ({'; '.join(skipped)})" if skipped else ""))
+    return files, skipped
 
 
 PARALLEL_MIN_BYTES = 4 << 20  # files on disk; below this one process reads everything
@@ -236,7 +241,9 @@ def _rank_list(ranks: list[int], shown: int = 8) -> str:
 def load_set(directory: str, ranks: list[int] | None = None, include_last_step: bool = False,
              jobs: int | None = None) -> TraceSet:
     """Read and filter a folder of per-rank traces (optionally only some ranks)."""
-    events, notes = load_events(find_trace_files(directory), jobs)
+    files, skipped = find_trace_files(directory)
+    events, notes = load_events(files, jobs)
+    notes = skipped + notes
     if ranks:
         missing = sorted(set(ranks) - set(events))
         if missing:

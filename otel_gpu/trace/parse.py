@@ -174,6 +174,8 @@ class _Text:
                 if self.eof and (exc.msg.startswith("Unterminated") or not self.buf[exc.pos:].strip()):
                     raise self.error("truncated JSON (file ends inside a value)") from None
                 raise self.error(f"invalid JSON: {exc.msg} (character {exc.pos - self.pos} of an event)") from None
+            except RecursionError:  # the decoder recurses per level: thousands of nested levels are no trace event
+                raise self.error("invalid JSON: values nested too deeply to decode") from None
             except ValueError as exc:  # an integer literal of thousands of digits: Python refuses to convert it
                 if decoder is _SAFE_DECODER:
                     raise self.error(f"invalid JSON: {exc}") from None

@@ -6,11 +6,10 @@ import io
 import json
 import os
 import re
-import shutil
-import tempfile
 
 import numpy as np
 
+from .. import output
 from . import counters
 from .analyze import jsonable
 from .grouping import rank_ranges
@@ -93,40 +92,30 @@ def diff_csv(doc: dict) -> dict[str, str]:
     return {"trace_diff.csv": _csv_text(jsonable(doc)["rows"])}
 
 
-def write_outputs(json_path: str | None, json_doc: dict | None, csv_dir: str | None, files) -> None:
-    """Write the JSON file and the CSV files (``files``: a dict or an iterable of (name, text));
-    each goes to a temporary name first, renamed at the end."""
-    staged: list[tuple[str, str]] = []
-    tmpdirs: list[str] = []
+def write_outputs(json_path: str | None, json_doc: dict | None, csv_dir: str | None, files,
+                  inputs: list[str] = ()) -> None:
+    """Write the JSON file and the CSV files (``files``: a dict or an iterable of (name, text)) by
+    :mod:`otel_gpu.output`'s rules, as one: every path checked (none may be one of ``inputs``), every
+    replaced file staged whole, then all put in place."""
+    items: list[tuple[str, str]] = []
+    labels: list[str] = []
+    if json_path:
+        items.append((json_path, json.dumps(jsonable(json_doc), indent=1, allow_nan=False)))
+        labels.append(f"--json {json_path}")
+    made = None
+    if csv_dir and files:
+        if not os.path.isdir(csv_dir):
+            os.makedirs(csv_dir)
+            made = csv_dir
+        for name, text in (files.items() if isinstance(files, dict) else files):
+            items.append((os.path.join(csv_dir, name), text))
+            labels.append(f"--csv {csv_dir}")
     try:
-        if json_path:
-            d = os.path.dirname(os.path.abspath(json_path))
-            fd, tmp = tempfile.mkstemp(prefix=".otel-gpu-", suffix=".json.tmp", dir=d)
-            with os.fdopen(fd, "w") as fh:
-                json.dump(jsonable(json_doc), fh, indent=1, allow_nan=False)
-            staged.append((tmp, json_path))
-        if csv_dir and files:
-            parent = os.path.dirname(os.path.abspath(csv_dir))
-            tdir = tempfile.mkdtemp(prefix=".otel-gpu-csv-", dir=parent)
-            tmpdirs.append(tdir)
-            for name, text in (files.items() if isinstance(files, dict) else files):
-                with open(os.path.join(tdir, name), "w") as fh:
-                    fh.write(text)
-                staged.append((os.path.join(tdir, name), os.path.join(csv_dir, name)))
-        if json_path and os.path.isdir(json_path):
-            raise IsADirectoryError(21, "is a folder", json_path)
-        if csv_dir and files:
-            os.makedirs(csv_dir, exist_ok=True)
-        for tmp, final in staged:
-            os.replace(tmp, final)
+        output.write_all(items, inputs, labels=labels)
     except BaseException:
-        for tmp, _ in staged:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        if made is not None and not os.listdir(made):
+            os.rmdir(made)   # the folder this call made holds nothing: leave no trace of it
         raise
-    finally:
-        for t in tmpdirs:
-            shutil.rmtree(t, ignore_errors=True)
 
 
 def _fmt(x, digits: int = 1) -> str:

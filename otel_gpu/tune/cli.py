@@ -222,7 +222,7 @@ def run(args) -> int:
         raise Failure(str(exc)) from None
     except (TuneError, OSError, C.ConfigError) as exc:   # the base config, the study, the --out folder
         raise UsageError(getattr(exc, "strerror", None) and f"{exc.strerror}: {exc.filename}" or str(exc)) from None
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}   # as Ctrl-C
     console.print(f"study {settings.study_name!r} in {settings.storage}: {tuner.counted()}/{settings.trials} trials "
                   f"done; results in {settings.out}", highlight=False)
     try:
@@ -230,7 +230,8 @@ def run(args) -> int:
     except TuneError as exc:
         raise UsageError(str(exc)) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         written = report.write_outputs(tuner.study, settings.out)
     console.print(report.terminal_table(tuner.study))
     lines = [f"report: {written['report']}"]

@@ -9,12 +9,11 @@ import copy
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from .. import errors
+from .. import errors, output
 from .space import MICRO_BATCH, ZERO, Space, get_path, normalize
 
 AUTO = "auto"
@@ -238,22 +237,10 @@ def dumps(config: Mapping) -> str:
 
 
 def write_json(path: str | Path, data: Any, *, exclusive: bool = False) -> Path:
-    """Write JSON whole (temp file + rename). `exclusive`: refuse to replace an existing file."""
+    """Write JSON whole (`otel_gpu.output`: temp file + rename, mode and owner kept). `exclusive`:
+    refuse (FileExistsError) to replace an existing file."""
     path = Path(path)
-    if exclusive and path.exists():
+    if exclusive and os.path.lexists(path):
         raise FileExistsError(f"{path} exists; not overwriting")
     text = dumps(data) if isinstance(data, Mapping) else json.dumps(data, indent=2) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        if exclusive:
-            os.link(tmp, path)     # fails if `path` appeared meanwhile
-            os.unlink(tmp)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return output.write(path, text, exclusive=exclusive)

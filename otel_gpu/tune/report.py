@@ -14,6 +14,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from .. import output
 from . import config as C
 from .study import BASELINE
 
@@ -186,9 +187,7 @@ def write_outputs(study: optuna.Study, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     written = {"report": out / "report.md", "trials": out / "trials.json"}
     text = markdown(study, out=out)
-    tmp = out / ".report.md.tmp"
-    tmp.write_text(text)
-    tmp.replace(written["report"])
+    output.write(written["report"], text)
     C.write_json(written["trials"], [r.__dict__ for r in rows(study)])
     top = best(rows(study))
     if top is not None:

@@ -245,17 +245,35 @@ def parse_space(doc: Mapping, base: Space | None = None, where: str = "space") -
     enqueue = doc.get("enqueue") or []
     if not isinstance(enqueue, list) or not all(isinstance(e, Mapping) for e in enqueue):
         raise SpaceError(f"{where}: 'enqueue' must be a list of mappings name -> value")
+    narrowed = {str(n) for n, spec in (doc.get("params") or {}).items() if isinstance(spec, (Mapping, list))}
     for entry in enqueue:
         for name, value in entry.items():
             _finite(normalize(value), f"{where}: enqueue: {name}")
             p = params.get(str(name))
             if p is None:
                 raise SpaceError(f"{where}: enqueue: {name} is not a tuned parameter")
-            if p.kind == "choice" and normalize(value) not in p.choices:
-                raise SpaceError(f"{where}: enqueue: {name}={value!r} is not one of its choices {list(p.choices)}")
+            _check_enqueued(p, normalize(value), value, str(name) in narrowed, f"{where}: enqueue")
     if not params:
         raise SpaceError(f"{where}: nothing left to tune")
     return Space(tuple(params.values()), fixed, tuple({str(k): normalize(v) for k, v in e.items()} for e in enqueue))
+
+
+def _check_enqueued(p: Param, value: Any, raw: Any, narrowed: bool, where: str) -> None:
+    """An enqueued value must be one the space allows: one of a choice's choices; for a range, a number
+    (a whole one for an int), inside the range where the file gave one (outside the built-in default
+    range it is tried as given: the range is widened to it)."""
+    shown = raw if isinstance(raw, str) else repr(raw)
+    if p.kind == "choice":
+        if value not in p.choices:
+            raise SpaceError(f"{where}: {p.name}={shown} is not one of its choices {list(p.choices)}")
+        return
+    if not _is_number(value):
+        raise SpaceError(f"{where}: {p.name}={shown} is not a number")
+    if p.kind == "int" and not float(value).is_integer():
+        raise SpaceError(f"{where}: {p.name}={shown} is not a whole number")
+    if narrowed and not p.contains(value):
+        raise SpaceError(f"{where}: {p.name}={shown} is outside its range {p.low:g} to {p.high:g} "
+                         f"(widen the range under params or change the value)")
 
 
 def _finite(value: Any, what: str) -> Any:

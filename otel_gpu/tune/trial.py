@@ -2,7 +2,10 @@
 
 The command runs under `/bin/sh -c` in a new session (so its process group holds torchrun,
 the deepspeed launcher and every rank); stopping a trial signals the whole group: SIGTERM,
-then SIGKILL after a grace period. Output goes to `output.log` in the trial folder.
+then SIGKILL after a grace period. While a trial runs the tuner is a child subreaper, so a trial
+process that leaves the group (setsid, a double fork) is re-parented to the tuner rather than init;
+when the trial ends, every process it started that is still alive is ended the same way.
+Output goes to `output.log` in the trial folder.
 How a trial ended is classified from its exit status and the tail of its log (`classify`).
 """
 from __future__ import annotations
@@ -16,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
+
+from .. import children
 
 OK, PRUNED, TIMEOUT, OOM, CRASH, REJECTED, INCOMPLETE, OVER_MEMORY, INTERRUPTED = (
     "ok", "pruned", "timeout", "oom", "crash", "rejected", "incomplete", "over-memory", "interrupted")
@@ -200,36 +205,40 @@ def run_trial(plan: TrialPlan, monitor: Callable[[], str | None] | None = None,
     the group and propagates."""
     plan.directory.mkdir(parents=True, exist_ok=True)
     log_path = plan.directory / LOG_NAME
-    started = time.time()
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(["/bin/sh", "-c", plan.command], stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=dict(plan.env), cwd=plan.cwd,
-                                start_new_session=True)
-    pgid = proc.pid
-    timed_out, stop_reason = False, None
-    try:
-        if on_start is not None:
-            on_start(pgid)
-        deadline = time.monotonic() + plan.timeout_s
-        while proc.poll() is None:
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                if on_timeout is not None:
-                    on_timeout(pgid)
-                break
-            if monitor is not None:
-                stop_reason = monitor()
-                if stop_reason:
+    with children.subreaper():   # a trial process that daemonizes (setsid, double fork) stays below us
+        tracker = children.Tracker()
+        started = time.time()
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(["/bin/sh", "-c", plan.command], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=dict(plan.env), cwd=plan.cwd,
+                                    start_new_session=True)
+        pgid = proc.pid
+        timed_out, stop_reason = False, None
+        try:
+            if on_start is not None:
+                on_start(pgid)
+            deadline = time.monotonic() + plan.timeout_s
+            while proc.poll() is None:
+                now = time.monotonic()
+                if now >= deadline:
+                    timed_out = True
+                    if on_timeout is not None:
+                        on_timeout(pgid)
                     break
-            try:
-                proc.wait(timeout=min(poll_s, max(0.01, deadline - now)))
-            except subprocess.TimeoutExpired:
-                pass
-    finally:
-        if proc.poll() is None or group_alive(pgid):
-            kill_group(pgid, plan.grace_s, proc)
-        proc.wait()
+                if monitor is not None:
+                    stop_reason = monitor()
+                    if stop_reason:
+                        break
+                try:
+                    proc.wait(timeout=min(poll_s, max(0.01, deadline - now)))
+                except subprocess.TimeoutExpired:
+                    tracker.reap_orphans(keep=[proc.pid])
+        finally:
+            if proc.poll() is None or group_alive(pgid):
+                kill_group(pgid, plan.grace_s, proc)
+            proc.wait()
+            children.end(tracker.new(), plan.grace_s)   # what left the group: daemons, double forks
+            tracker.reap_orphans()
     ended = time.time()
     tail = read_tail(log_path)
     status, reason = classify(proc.returncode, tail, timed_out=timed_out, stop_reason=stop_reason,

@@ -1,0 +1,245 @@
+"""Writing an output file the user named (a report, a JSON result, a config) without destroying
+what is at that path.
+
+One rule for every command that writes a file:
+
+- a regular file, or a new name, is replaced whole: the text goes to a temporary file in the same
+  folder, is flushed to disk (fsync), then renamed over the name. An existing file keeps its mode
+  and its owner and group (set on the temporary file first; where that is not allowed, a non-root
+  user writing another user's file, the file is rewritten in place instead); a new file gets
+  0666 minus the umask. A failure leaves the old file as it was and no temporary file behind;
+- a symbolic link is followed: its target is written that way and the link stays a link;
+- a character device (/dev/null, /dev/full, a terminal), a named pipe, or a name that leads into
+  /proc (/dev/stdout, /dev/fd/N) is written through, as a shell redirect does: opened for writing,
+  never renamed over nor created. "No space left" there (/dev/full) is an OSError like any other;
+- a folder, a block device or a socket is refused (UsageError, exit 2), and so is a path that is
+  one of the command's inputs (the same file, by device and inode), before anything is written.
+"""
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from .errors import UsageError
+
+REPLACE, THROUGH, IN_PLACE = "replace", "through", "in place"
+_PATH_ERRORS = (errno.ELOOP, errno.ENOTDIR, errno.ENAMETOOLONG)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where and how one output is written. `real`: the file written (a link's target);
+    `st`: the existing file's status, None for a new file."""
+    path: str
+    kind: str
+    real: str
+    st: os.stat_result | None
+    fd: int | None = None   # THROUGH a descriptor of this process (/dev/stdout): written to it directly
+
+
+def _refuse(label: str, why: str) -> UsageError:
+    return UsageError(f"{label}: {why}")
+
+
+_FD_DIR = re.compile(r"/proc/(\d+)(?:/task/\d+)?/fd")
+
+
+def _via_proc(path: str) -> tuple[bool, int | None]:
+    """(True, N) for a name of this process's descriptor N (/dev/stdout, /dev/fd/1, /proc/self/fd/1),
+    (True, None) for another name leading into /proc, (False, None) otherwise: what leads into /proc
+    is written through, never renamed over; descriptor N is written at its own offset (after what
+    this process already printed there)."""
+    q = os.path.abspath(path)
+    for _ in range(40):
+        parent = os.path.realpath(os.path.dirname(q))
+        if parent.startswith("/proc/"):
+            m = _FD_DIR.fullmatch(parent)
+            own = m is not None and int(m.group(1)) == os.getpid() and os.path.basename(q).isdigit()
+            return True, int(os.path.basename(q)) if own else None
+        if not os.path.islink(q):
+            return False, None
+        q = os.path.normpath(os.path.join(os.path.dirname(q), os.readlink(q)))
+    return False, None
+
+
+def _same_input(st: os.stat_result, inputs: Iterable) -> str | None:
+    for i in inputs:
+        try:
+            s = os.stat(i)
+        except OSError:
+            continue
+        if (s.st_dev, s.st_ino) == (st.st_dev, st.st_ino):
+            return os.fspath(i)
+    return None
+
+
+def plan(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), label: str | None = None) -> Target:
+    """How `path` will be written; UsageError (one line starting with `label`, default the path)
+    for a path that must not be written: a folder, a block device, a socket, one of `inputs`, a
+    missing or unwritable folder."""
+    p = os.fspath(path)
+    label = label or p
+    if not p:
+        raise _refuse(label, "empty output path")
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        if exc.errno in _PATH_ERRORS:
+            raise _refuse(label, f"cannot be used as an output ({exc.strerror})") from None
+        raise
+    if st is not None:
+        same = _same_input(st, inputs)
+        if same is not None:
+            raise _refuse(label, f"is an input of this command ({same}); give another output path")
+        mode = st.st_mode
+        if stat.S_ISDIR(mode):
+            raise _refuse(label, "is a folder; give a file name")
+        if stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+            raise _refuse(label, f"is a {'block device' if stat.S_ISBLK(mode) else 'socket'}; give a file name")
+        proc, fd = _via_proc(p)
+        if not stat.S_ISREG(mode) or proc:
+            return Target(p, THROUGH, p, st, fd)
+    real = os.path.realpath(p)   # a link (even a dangling one) is followed: its target is written
+    parent = os.path.dirname(real) or "."
+    if not os.path.isdir(parent):
+        raise _refuse(label, f"folder {os.path.dirname(os.path.abspath(p))} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        if st is not None and os.access(real, os.W_OK):
+            return Target(p, IN_PLACE, real, st)   # a writable file in a folder we cannot write
+        raise _refuse(label, f"folder {parent} is not writable")
+    return Target(p, REPLACE, real, st)
+
+
+def check(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), label: str | None = None) -> None:
+    """Refuse an output path before any work (see `plan`)."""
+    plan(path, inputs, label)
+
+
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+def _write_fd(fd: int, data: bytes, name: str) -> None:
+    view = memoryview(data)
+    try:
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, name) from None
+
+
+class _Staged:
+    """One output on its way: for REPLACE the whole text is in a synced temporary file."""
+
+    def __init__(self, target: Target, data: bytes, exclusive: bool):
+        self.target, self.data, self.exclusive = target, data, exclusive
+        self.tmp: str | None = None
+        if exclusive and target.st is not None:
+            raise FileExistsError(errno.EEXIST, "exists; not overwriting", target.path)
+        if target.kind == REPLACE:
+            self._stage()
+
+    def _stage(self) -> None:
+        t = self.target
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(t.real)}.", suffix=".tmp",
+                                        dir=os.path.dirname(t.real) or ".")
+        try:
+            self._fill(fd)
+        except BaseException:
+            self.discard()   # the temporary file goes with the error: nothing half-written stays
+            raise
+
+    def _fill(self, fd: int) -> None:
+        """Write, sync and give the temporary file the mode and owner of the file it replaces; closes `fd`."""
+        t = self.target
+        try:
+            _write_fd(fd, self.data, t.path)
+            os.fsync(fd)
+            if t.st is None:
+                os.fchmod(fd, _umask_mode())
+                return
+            mine = os.fstat(fd)
+            if (mine.st_uid, mine.st_gid) != (t.st.st_uid, t.st.st_gid):
+                try:
+                    os.fchown(fd, t.st.st_uid, t.st.st_gid)
+                except PermissionError:   # not ours to give away: keep the owner by rewriting in place
+                    self.target = Target(t.path, IN_PLACE, t.real, t.st)
+                    os.close(fd)
+                    fd = -1
+                    self.discard()
+                    return
+            os.fchmod(fd, stat.S_IMODE(t.st.st_mode))   # after fchown, which may clear set-id bits
+        finally:
+            if fd >= 0:
+                os.close(fd)
+
+    def commit(self) -> None:
+        t = self.target
+        if t.kind == REPLACE:
+            if self.exclusive:
+                os.link(self.tmp, t.real)   # fails if the name appeared meanwhile
+                os.unlink(self.tmp)
+            else:
+                os.replace(self.tmp, t.real)
+            self.tmp = None
+        elif t.fd is not None:   # /dev/stdout and the like: after what Python has buffered for it
+            for stream in (sys.stdout, sys.stderr):
+                if stream is not None:
+                    stream.flush()
+            _write_fd(t.fd, self.data, t.path)
+        else:   # THROUGH or IN_PLACE: open what is there (never create, never rename)
+            fd = os.open(t.real, os.O_WRONLY | os.O_TRUNC | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                _write_fd(fd, self.data, t.path)
+                if t.kind == IN_PLACE:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except FileNotFoundError:
+                pass
+            self.tmp = None
+
+
+def _bytes(data: str | bytes) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+
+
+def write_all(items: Sequence[tuple[str | os.PathLike, str | bytes]], inputs: Iterable = (), *,
+              labels: Sequence[str | None] | None = None, exclusive: bool = False) -> list[Path]:
+    """Write several outputs as one: every path is checked, then every replaced file is staged,
+    then all are put in place; an error before that leaves every path as it was."""
+    inputs = list(inputs)
+    labels = list(labels) if labels is not None else [None] * len(items)
+    targets = [plan(p, inputs, lb) for (p, _), lb in zip(items, labels)]
+    staged: list[_Staged] = []
+    try:
+        for t, (_, data) in zip(targets, items):
+            staged.append(_Staged(t, _bytes(data), exclusive))
+        for s in staged:
+            s.commit()
+    finally:
+        for s in staged:
+            s.discard()
+    return [Path(p) for p, _ in items]
+
+
+def write(path: str | os.PathLike, data: str | bytes, inputs: Iterable = (), *, label: str | None = None,
+          exclusive: bool = False) -> Path:
+    """Write one output by the rules above; `exclusive`: refuse (FileExistsError) an existing path."""
+    return write_all([(path, data)], inputs, labels=[label], exclusive=exclusive)[0]
