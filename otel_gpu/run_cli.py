@@ -186,7 +186,11 @@ def _wait(proc: subprocess.Popen, latch: children.SignalLatch, grace_s: float, t
             killed = True
             print(f"otel-gpu run: the command did not exit within {grace_s:g} s of "
                   f"{signal.Signals(latch.grace_signal).name}; killed it (SIGKILL)"
-                  + (f" with {n - 1} process(es) it started" if n > 1 else ""), file=sys.stderr, flush=True)
+                  + (f" with {_processes(n - 1)} it started" if n > 1 else ""), file=sys.stderr, flush=True)
+
+
+def _processes(n: int) -> str:
+    return f"{n} process" + ("" if n == 1 else "es")
 
 
 def _end_leftovers(tracker: children.Tracker, agent: subprocess.Popen | None, grace_s: float) -> None:
@@ -195,7 +199,7 @@ def _end_leftovers(tracker: children.Tracker, agent: subprocess.Popen | None, gr
     leftovers = tracker.new(exclude=keep)
     if leftovers:
         killed = children.end(leftovers, grace_s)
-        print(f"otel-gpu run: ended {len(leftovers)} process(es) the command left running"
+        print(f"otel-gpu run: ended {_processes(len(leftovers))} the command left running"
               + (f" ({killed} needed SIGKILL)" if killed else ""), file=sys.stderr, flush=True)
     tracker.reap_orphans(keep)
 

@@ -44,6 +44,10 @@ class DripServer:
                 conn, _ = self.sock.accept()
             except socket.timeout:
                 continue
+            except OSError:   # the socket was closed by stop(): the server is done
+                if self.stop.is_set():
+                    return
+                raise
             threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
 
     def _drip(self, conn: socket.socket) -> None:

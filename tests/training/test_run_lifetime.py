@@ -176,7 +176,7 @@ def test_a_command_that_ignores_sigterm_is_killed_after_the_grace_period(tmp_pat
     run.proc.send_signal(signal.SIGTERM)
     assert run.proc.wait(60) == 128 + signal.SIGKILL, run.stderr()
     assert 0.5 <= time.monotonic() - t0 < 20
-    assert "did not exit within 0.5 s of SIGTERM; killed it (SIGKILL) with 1 process(es) it started" in run.stderr()
+    assert "did not exit within 0.5 s of SIGTERM; killed it (SIGKILL) with 1 process it started" in run.stderr()
     assert wait_until(lambda: not alive(job) and not alive(helper), 10)
 
 
@@ -189,7 +189,7 @@ def test_a_daemon_the_command_leaves_is_ended_when_it_exits(tmp_path):
     daemon = int(pidfile.read_text())
     try:
         assert proc.returncode == 3, proc.stderr
-        assert "ended 1 process(es) the command left running" in proc.stderr
+        assert "ended 1 process the command left running" in proc.stderr
         assert not alive(daemon)
     finally:
         with contextlib.suppress(ProcessLookupError):
