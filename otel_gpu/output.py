@@ -7,7 +7,8 @@ One rule for every command that writes a file:
   folder, is flushed to disk (fsync), then renamed over the name. An existing file keeps its mode
   and its owner and group (set on the temporary file first; where that is not allowed, a non-root
   user writing another user's file, the file is rewritten in place instead); a new file gets
-  0666 minus the umask. A failure leaves the old file as it was and no temporary file behind;
+  0666 minus the umask. A failure leaves the old file as it was and no temporary file behind
+  (except when rewritten in place: a write that fails there, a full disk, leaves it cut short);
 - a symbolic link is followed: its target is written that way and the link stays a link;
 - a character device (/dev/null, /dev/full, a terminal), a named pipe, or a name that leads into
   /proc (/dev/stdout, /dev/fd/N) is written through, as a shell redirect does: opened for writing,
@@ -125,6 +126,15 @@ def check(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (), lab
 
 
 def _umask_mode() -> int:
+    """0666 minus the process umask, read from /proc (setting the umask to read it would leave it 0
+    for a moment, for every thread); os.umask's set-and-restore where /proc does not say."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass   # no /proc (another OS) or an unreadable line: the fallback below
     mask = os.umask(0)
     os.umask(mask)
     return 0o666 & ~mask

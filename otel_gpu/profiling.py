@@ -156,6 +156,11 @@ class NativeThread(getattr(threading, "_DummyThread", threading.Thread)):  # typ
         self._started.set()
         self._ident = ident
 
+    def join(self, timeout: float | None = None) -> None:
+        """Returns at once: the thread is not Python's to join (a user's loop that joins every thread
+        of `threading.enumerate()` must not fail on it, as it would on a plain dummy thread)."""
+        return None
+
 
 class NativeThreadNames:
     """Names, for the profile, the threads that hold a Python thread state but run no Python frame.
@@ -181,7 +186,7 @@ class NativeThreadNames:
     def refresh(self) -> None:
         try:
             self._refresh()
-        except (AttributeError, TypeError, ValueError, OSError) as exc:   # another Python's `threading`: stop naming
+        except Exception as exc:  # naming is cosmetic: any failure stops it, never the phase hooks that call this
             log.warning("otel-gpu: native threads left unnamed in profiles: %r", exc)
             self._getname = None
 
@@ -219,7 +224,9 @@ class NativeThreadNames:
 def _pthread_getname():
     """`pthread_getname_np` as ident -> OS thread name (None: unreadable), or None without one."""
     try:
-        fn = ctypes.CDLL(None).pthread_getname_np
+        # PyDLL keeps the GIL during the call, so the thread cannot delete its thread state (and exit)
+        # between being listed and being named
+        fn = ctypes.PyDLL(None).pthread_getname_np
     except (OSError, AttributeError):
         return None
     fn.argtypes = [ctypes.c_ulong, ctypes.c_char_p, ctypes.c_size_t]

@@ -131,12 +131,6 @@ def _run(args, latch: children.SignalLatch) -> int:
                                  profile=not args.no_profile)
     else:
         env = child_env(os.environ, args.pyroscope, args.no_profile, args.job)
-    warm = None
-    if recorded is not None and not args.no_report:   # import the report's code while the command runs
-        import importlib
-        import threading
-        warm = threading.Thread(target=importlib.import_module, args=("otel_gpu.report.build",), daemon=True)
-        warm.start()
     agent_log = recorded.directory / "agent.log" if recorded is not None else None
     agent = _start_agent(args.agent_arg, env, agent_log) if start_agent and latch.stopping is None else None
     tracker = children.Tracker()
@@ -149,6 +143,14 @@ def _run(args, latch: children.SignalLatch) -> int:
         if recorded is not None:
             recorded.finish(127)
         raise UsageError(f"cannot start {command[0]}: {exc.strerror or exc}") from None
+    warm = None
+    if recorded is not None and not args.no_report and proc is not None:
+        # import the report's code while the command runs; started after the children, so no fork (and its
+        # preexec_fn) happens while this thread holds the import lock
+        import importlib
+        import threading
+        warm = threading.Thread(target=importlib.import_module, args=("otel_gpu.report.build",), daemon=True)
+        warm.start()
     try:
         if proc is None:   # a signal came while things were starting: the command never ran
             returncode = -latch.stopping

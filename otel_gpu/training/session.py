@@ -25,6 +25,7 @@ from ..errors import ConfigError
 from ..export import (import_exporter, merged_resource, meter_provider, otlp_exporter, otlp_settings,
                       periodic_reader)
 from ..identity import point_attributes, rank_info, resource_attributes
+from ..values import SWITCH_OFF
 from .timing import Timer
 
 log = logging.getLogger("otel_gpu.training")
@@ -263,7 +264,7 @@ def current(env: Mapping[str, str] | None = None) -> Session | None:
         if _session is not None or _disabled:
             return _session
         env = os.environ if env is None else env
-        if env.get("OTELGPU_TRAINING", "1").strip().lower() in ("0", "false", "no", "off"):
+        if env.get("OTELGPU_TRAINING", "1").strip().lower() in SWITCH_OFF:
             _disabled = True
             return None
         try:
@@ -286,13 +287,13 @@ def prepare(env: Mapping[str, str] | None = None) -> None:
     pyroscope-io), so a rank's first batch or step does not pay for it; starts nothing, exports
     nothing (launchers stay silent). Called when torch is imported under `otel-gpu run`."""
     env = os.environ if env is None else env
-    if env.get("OTELGPU_TRAINING", "1").strip().lower() in ("0", "false", "no", "off"):
+    if env.get("OTELGPU_TRAINING", "1").strip().lower() in SWITCH_OFF:
         return
     try:
         settings = otlp_settings(env, default_interval_s=10.0)
         if settings.endpoint:
             import_exporter(settings.protocol)
-        profile_off = env.get("OTELGPU_PROFILE", "1").strip().lower() in ("0", "false", "no", "off")
+        profile_off = env.get("OTELGPU_PROFILE", "1").strip().lower() in SWITCH_OFF
         if env.get("OTELGPU_PYROSCOPE_URL", "").strip() and not profile_off and not _forked:
             import pyroscope  # noqa: F401
     except ConfigError:

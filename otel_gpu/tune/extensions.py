@@ -133,11 +133,12 @@ def prebuild_ops(names: list[str], env: Mapping[str, str], timeout_s: float, log
     import subprocess
     import sys
 
+    from .. import children
     from .trial import kill_group, read_tail
 
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen([sys.executable, "-c", _PREBUILD, *names], stdout=log, stderr=subprocess.STDOUT,
+        proc = children.popen([sys.executable, "-c", _PREBUILD, *names], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True)
     try:
         proc.wait(timeout=timeout_s)

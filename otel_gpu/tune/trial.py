@@ -209,7 +209,7 @@ def run_trial(plan: TrialPlan, monitor: Callable[[], str | None] | None = None,
         tracker = children.Tracker()
         started = time.time()
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(["/bin/sh", "-c", plan.command], stdout=log, stderr=subprocess.STDOUT,
+            proc = children.popen(["/bin/sh", "-c", plan.command], stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, env=dict(plan.env), cwd=plan.cwd,
                                     start_new_session=True)
         pgid = proc.pid

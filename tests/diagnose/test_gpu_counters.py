@@ -34,13 +34,13 @@ def test_fp32_without_tf32_is_a_warning_and_high_dram_names_memory_bound_kernels
     assert f.severity == "warning" and "memory-bound" in f.why
 
 
-def test_tensor_rule_quiet_where_nothing_can_be_done_and_says_when_gpm_is_missing():
+def test_tensor_rule_quiet_where_nothing_can_be_done_and_without_gpm():
     assert tensor_idle(window(gpus=[gpu(0, sm=0.8, tensor=0.6)]), TH) == []      # tensor pipes busy
     assert tensor_idle(window(gpus=[gpu(0, sm=0.2, tensor=0.0)]), TH) == []      # GPU mostly idle: other rules
     assert tensor_idle(window(), TH) == []                                          # no GPUs: sm_idle says so
-    [f] = tensor_idle(window(gpus=[gpu(0, sm=None, tensor=None)]), TH)
-    assert f.missing == ["GPM readings"] and f.title == "Tensor-pipe use: not checked (no GPM readings)"
-    assert "Hopper" in f.action and f.confidence == ""
+    assert tensor_idle(window(gpus=[gpu(0, sm=None, tensor=None)]), TH) == []      # no GPM: sm_idle's card says so
+    [f] = sm_idle(window(gpus=[gpu(0, sm=None, tensor=None)]), TH)
+    assert f.missing and "Hopper" in f.why + f.action and f.confidence == ""
     assert tensor_idle(window(gpus=[gpu(0, sm=0.9, tensor=0.2)]), Thresholds({"tensor": {"info_max": 0.1}})) == []
 
 
