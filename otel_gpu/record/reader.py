@@ -187,8 +187,11 @@ class Recording:
                  "WHERE s.metric = ? AND s.kind = 'histogram' AND p.t <= ? AND p.buckets IS NOT NULL ORDER BY s.id, p.t")
             rows: dict[int, list] = {}
             for sid, temporality, bounds, t, buckets in db.execute(q, (metric, hi)):
-                counts = json.loads(buckets)
-                got = rows.setdefault(sid, [temporality, json.loads(bounds or "[]"), None, None])
+                try:
+                    counts, bounds = json.loads(buckets), json.loads(bounds or "[]")
+                except ValueError:   # a damaged row: left out (the median then says "-" rather than fail)
+                    continue
+                got = rows.setdefault(sid, [temporality, bounds, None, None])
                 if t <= lo:
                     got[2] = counts if temporality != "delta" else None      # the baseline before the window
                 elif temporality == "delta":

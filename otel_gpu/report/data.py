@@ -144,8 +144,9 @@ def plots(rec: Recording, start: float, end: float) -> list[dict]:
     axis = {"t0": round(t0, 3), "end": round(end, 3), "startup_s": round(t0 - start, 3),
             "basis": "first step" if t0 != start or t_first is not None else "recording start"}
     bands = save_bands(rec, start, end)
-    hosts = len({s.get(N.HOST) for s in rec.series(N.TRAIN_STEPS.name)}) or 1
-    out = gpu_plots(cells) + training_plots(cells, hosts) + node_plots(cells)
+    steps = cells.series(N.TRAIN_STEPS.name)   # read once: hosts and ranks for the labels and shares
+    hosts = len({s.get(N.HOST) for s in steps}) or 1
+    out = gpu_plots(cells) + training_plots(cells, hosts, steps) + node_plots(cells)
     for p in out:
         p["axis"], p["bands"] = axis, bands
     return out
@@ -169,7 +170,7 @@ def _zero_at(s: Series, times: dict[tuple, np.ndarray]) -> float:
     return float(before[-1]) if len(before) else first - A.typical_interval(t)
 
 
-def training_plots(cells: Cells, hosts: int) -> list[dict]:
+def training_plots(cells: Cells, hosts: int, step_series: list[Series]) -> list[dict]:
     n, out = cells.n, []
     hist, phase_series = cells.series(N.TRAIN_STEP_DURATION.name), cells.series(N.TRAIN_PHASE_TIME.name)
     coll_series = cells.series(N.TRAIN_COLLECTIVE_TIME.name)
@@ -183,7 +184,7 @@ def training_plots(cells: Cells, hosts: int) -> list[dict]:
                     cells, steps, empty="no training steps recorded"))
 
     by_phase = _by(phase_series, N.PHASE)
-    nranks = max(1, len(_by(cells.series(N.TRAIN_STEPS.name), N.HOST, N.RANK)))
+    nranks = max(1, len(_by(step_series, N.HOST, N.RANK)))
     names = [p for p in PHASE_ORDER if (p,) in by_phase] + sorted(p for (p,) in by_phase if p not in PHASE_ORDER)
     shares = [(p, np.clip(_sum([cells.rate(s, _zero_at(s, times), max_rate=1.0) for s in by_phase[(p,)]], n)
                           / nranks, 0, 1)) for p in names]
@@ -206,17 +207,17 @@ def training_plots(cells: Cells, hosts: int) -> list[dict]:
     p = plot("collective", COLLECTIVE_TITLES.get(frozenset(bases), COLLECTIVE_TITLES[frozenset({"host", "gpu"})]),
              "share", cells, coll)
     if not coll:
-        p["empty"] = collective_empty_reason(cells.rec)
+        p["empty"] = collective_empty_reason(cells.rec, has_steps=bool(step_series))
     out.append(p)
     return out
 
 
 def node_plots(cells: Cells) -> list[dict]:
     n, out = cells.n, []
-    net = []
-    multi = len({s.get(N.HOST) for s in cells.series(N.NET_IO.name)}) > 1
+    net, net_io = [], cells.series(N.NET_IO.name)
+    multi = len({s.get(N.HOST) for s in net_io}) > 1
     pre = lambda host: f"{host} " if multi else ""   # noqa: E731
-    for (host,), ss in _by([s for s in cells.series(N.NET_IO.name) if not VIRTUAL.match(s.get(N.IFACE))], N.HOST).items():
+    for (host,), ss in _by([s for s in net_io if not VIRTUAL.match(s.get(N.IFACE))], N.HOST).items():
         for d in ("receive", "transmit"):
             net.append((f"{pre(host)}ethernet {d}", _sum([cells.rate(s) for s in ss if s.get(N.DIRECTION) == d], n), False))
     for (host,), ss in _by(cells.series(N.IB_IO.name), N.HOST).items():
@@ -246,12 +247,12 @@ def node_plots(cells: Cells) -> list[dict]:
     return out
 
 
-def collective_empty_reason(rec) -> str:
+def collective_empty_reason(rec, has_steps: bool) -> str:
     """Why the collective plot has no line: the ranks' own reasons, else what it takes to get one."""
     reasons = sorted({s.get(N.UNMEASURED_REASON) for s in rec.series(N.TRAIN_COLLECTIVE_UNMEASURED.name)})
     if reasons:
         return "not measured: " + "; ".join(REASON_TEXT.get(r, r) for r in reasons)
-    if not rec.series(N.TRAIN_STEPS.name):
+    if not has_steps:
         return "no training steps recorded, so no collective time (it is counted inside steps)"
     return ("no collective recorded inside the steps: a single process without torch.distributed, or a "
             "communication library otel-gpu does not time (wrap it in otel_gpu.training.collective)")

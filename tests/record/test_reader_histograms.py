@@ -50,3 +50,15 @@ def test_a_directory_given_twice_is_read_once_and_a_copy_is_refused(tmp_path):
     shutil.copytree(tmp_path / "r", tmp_path / "copy")
     with pytest.raises(RecordingError, match="copies of one recording"):
         Recording.open([tmp_path / "r", tmp_path / "copy"])
+
+
+def test_a_damaged_bucket_row_is_left_out(tmp_path):
+    recording(tmp_path, [hist(101, [1, 0, 0]), hist(102, [3, 1, 0])]).close()
+    import sqlite3
+    db = sqlite3.connect(tmp_path / "r" / "recording.sqlite")
+    db.execute("UPDATE points SET buckets = '[3, 1' WHERE t = 102")
+    db.commit()
+    db.close()
+    with Recording.open([tmp_path / "r"]) as rec:
+        ((_, _, counts),) = rec.histograms("otelgpu.train.step.duration")
+        assert counts == [1, 0, 0]     # the last readable point
