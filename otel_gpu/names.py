@@ -151,6 +151,11 @@ def windowed_companions(spec: MetricSpec) -> tuple[MetricSpec, ...]:
 # ---- training (step/phase hooks in each rank; otel_gpu/training) -----------------
 # Identity on every point: host.name, otelgpu.job (point_attributes) and the rank trio below.
 PHASE_NAMES = ("forward", "backward", "optimizer", "checkpoint", "eval", "data_wait")
+# Phases never inside step time (the timer keeps an evaluation pass out of the step that contains it):
+# neither their seconds nor the collective waits inside them are part of any step.
+OUTSIDE_STEPS = ("eval",)
+# collective kind and phases of a sharded model's parameter fetch (ZeRO-3's all-gathers in the passes)
+PARAM_GATHER = ("all_gather", ("forward", "backward"))
 CHECKPOINT_EVENT = "otelgpu.checkpoint.event"   # "start" | "end"
 _RANKED = (HOST, JOB, RANK, LOCAL_RANK, WORLD_SIZE)
 # Seconds: the R10 preferred numbers (x1.26 apart) from 10 ms to 100 s, R5 (x1.6) from 1 ms and up to

@@ -21,9 +21,11 @@ GPU = 'otelgpu_collective_basis="gpu"'     # GPU-timed (NCCL): includes the wait
 
 
 def busy(sel: str) -> str:
-    """Busy seconds per step per rank: step time minus time blocked in collectives (host basis), over steps."""
+    """Busy seconds per step per rank: step time minus time blocked in collectives (host basis; not those
+    inside eval, which is never step time), over steps."""
     return (f"(sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_sum{{{sel}}}[{RATE}])) - "
-            f"(sum by (otelgpu_rank) (rate(otelgpu_train_collective_time_seconds_total{{{sel}, {HOST}}}[{RATE}])) or "
+            f"(sum by (otelgpu_rank) (rate(otelgpu_train_collective_time_seconds_total{{{sel}, {HOST}, "
+            f"otelgpu_phase!=\"eval\"}}[{RATE}])) or "
             f"0 * sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_sum{{{sel}}}[{RATE}])))) / "
             f"sum by (otelgpu_rank) (rate(otelgpu_train_step_duration_seconds_count{{{sel}}}[{RATE}]))")
 

@@ -1,13 +1,22 @@
 """Communication-bound: ranks waiting in collectives and ZeRO parameter fetches (from profiles),
-with interconnect throughput against its link limit telling latency- from bandwidth-bound."""
+with interconnect throughput against its link limit telling latency- from bandwidth-bound.
+
+A rank's collective wait is measured wherever it blocks while a phase is open, between steps too (the
+HF Trainer's token-count all-gather in its batch fetch), and anywhere inside a step: so its share is
+taken of the rank's wall time in the window (steps and the time between them), never of step time
+alone. ZeRO-3 is named only on evidence of it: ZeRO-3's fetch and partition functions in the
+profiles, or (without profiles) all-gathers waited inside forward/backward, a sharded model's
+parameter fetch; any other all-gather (a batch's token count, a metric) is generic communication."""
 from __future__ import annotations
 
 import statistics
+from typing import NamedTuple
 
+from .. import names as N
 from . import fmt, gpu_waits
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
-from .model import Window
+from .model import RankStats, Window
 
 # Suggested `otel-gpu tune --space` files (its format: short names for the ZeRO-3 knobs it knows,
 # dotted config paths for others, false drops a knob). Latency-bound: fewer, larger collectives.
@@ -46,16 +55,65 @@ def _link(w: Window) -> tuple[float | None, str]:
                   f"on {n.host} ({fmt.pct(busy)}{peak})")
 
 
-def _measured(w: Window) -> tuple[float, float, dict[str, float]] | None:
-    """(seconds per step every rank waits in collectives, mean step seconds (median over ranks), seconds per step by kind of
-    the least-waiting rank) when every rank reports its collective wait; else None."""
+def waits_beside_saves(ranks: list[RankStats]) -> dict[str, float]:
+    """rank -> seconds of collective wait that are not the time a slower saver kept it waiting: its wait
+    minus (the slowest rank's checkpoint seconds - its own), at least 0. In synchronous training a rank
+    that saves less waits for the slowest saver in its next collective (a barrier, the Trainer's
+    token-count all-gather): that wait is the checkpoint rule's cost, not communication."""
+    top = max((r.phases.get("checkpoint", 0.0) for r in ranks), default=0.0)
+    return {r.rank: max(0.0, r.collective_s - (top - r.phases.get("checkpoint", 0.0))) for r in ranks}
+
+
+def measured_on_s(w: Window, r: RankStats) -> float:
+    """Seconds rank `r`'s collective waits were measured on: its wall time in the window (its steps and the
+    time between them, where a batch fetch, a save or logging can wait too), less evaluation (eval's own
+    time and its waits: the eval rule's, never in `collective_s`)."""
+    ev = sum(r.phases.get(p, 0.0) + r.collective_by_phase.get(p, 0.0) for p in N.OUTSIDE_STEPS)
+    return max(0.0, w.rank_wall_s(r) - ev)
+
+
+class Measured(NamedTuple):
+    """What every rank waits, from the least-waiting rank (by share of its measured time); seconds."""
+    rank: RankStats
+    share: float            # its collective wait over the time it was measured on
+    wait_s: float           # its collective wait in the window, waits for slower savers left out
+    basis_s: float          # the time that wait was measured on (`measured_on_s`)
+    step_s: float           # mean step time, median over ranks
+    by_kind_s: dict[str, float]   # its wait by kind (scaled like `wait_s`)
+
+
+def _measured(w: Window) -> tuple[Measured, list[RankStats]] | None:
+    """The least wait share of any rank, with the ranks it was taken over, when every rank reports its
+    collective wait; else None. Waits for slower savers are left out (`waits_beside_saves`)."""
     ranks = [r for r in w.ranks if r.step_count > 0 and r.mean_step_s]
     if not ranks or any(r.collective_s is None for r in ranks):
         return None
-    least = min(ranks, key=lambda r: r.collective_s / r.step_count)
-    floor = least.collective_s / least.step_count
+    ranks = [r for r in ranks if measured_on_s(w, r) > 0]
+    if not ranks:
+        return None
+    waits = waits_beside_saves(ranks)
+    least = min(ranks, key=lambda r: waits[r.rank] / measured_on_s(w, r))
+    wait, basis = waits[least.rank], measured_on_s(w, least)
+    scale = wait / least.collective_s if least.collective_s > 0 else 0.0
     step = statistics.median(r.mean_step_s for r in ranks)
-    return floor, step, {k: v / least.step_count for k, v in least.collective_by_kind.items()}
+    kinds = {k: v * scale for k, v in least.collective_by_kind.items()}
+    return Measured(least, wait / basis, wait, basis, step, kinds), ranks
+
+
+def is_zero3(w: Window) -> tuple[bool, str]:
+    """(the job is a ZeRO-3 job, the evidence in words): ZeRO-3's functions in the training threads' profile
+    samples when profiles were read, else all-gathers waited inside forward/backward (parameter fetch) at
+    least 10% of the ranks' collective wait (with small buckets ZeRO-3's gradient reduce-scatters take most
+    of it: 23% fetch measured on a CPU run). An all-gather elsewhere (a batch's token count) is not it."""
+    p = w.profile
+    if p is not None and p.training_s > 0:
+        return (True, "ZeRO-3 fetch/partition functions in the profiles") if p.uses_zero() else \
+            (False, "no ZeRO-3 function in the profiles")
+    ranks = [r for r in w.ranks if r.collective_s]
+    fetch, total = sum(r.param_gather_s for r in ranks), sum(r.collective_s for r in ranks)
+    if total > 0 and fetch >= 0.1 * total:
+        return True, f"all-gathers inside forward/backward (parameter fetch) are {fmt.pct(fetch / total)} of the wait"
+    return False, ""
 
 
 def _not_checked(w: Window, why: list[str]) -> Finding:
@@ -81,8 +139,8 @@ def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
             return [gpu_waits.mixed_bases("comm", "Communication-bound (collectives, ZeRO fetches)", ranks)]
         if bases == {"gpu"}:
             return gpu_waits.comm(w, th, ranks, _link, _action, _bound)
-    m = _measured(w)
-    if m is None:
+    measured = _measured(w)
+    if measured is None:
         if p is None or p.training_s <= 0:
             lacking = [r for r in ranks if r.collective_s is None]
             if lacking and any(r.collective_unmeasured for r in lacking):
@@ -93,39 +151,44 @@ def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
                                                 else ["training-thread profile samples"])
             return [_not_checked(w, why)]
         return _from_profile(w, th)
-    floor, step, kinds = m
-    share = floor / step if step > 0 else 0.0
-    if share < t["wait_share_warning"]:
+    m, ranks = measured
+    if m.share < t["wait_share_warning"]:
         return []
     busy, link_text = _link(w)
-    zero = p.uses_zero() if p is not None and p.training_s > 0 else kinds.get("all_gather", 0.0) >= 0.3 * floor
+    zero, zero_why = is_zero3(w)
     kind, space, tell = _bound(busy, t)
-    n = len([r for r in w.ranks if r.step_count > 0])
-    steps = statistics.median(r.step_count for r in w.ranks if r.step_count > 0)
-    lost = floor * steps * n
-    top = sorted(kinds.items(), key=lambda kv: -kv[1])[:4]
+    lost = m.share * sum(measured_on_s(w, r) for r in ranks)
+    n = m.rank.step_count
+    top = sorted(m.by_kind_s.items(), key=lambda kv: -kv[1])[:4]
     functions = ""
     if p is not None and p.training_s > 0:
         functions = "; where, from profiles: " + ", ".join(f"{fn} {fmt.pct(v)}" for fn, v in p.top_comm(4))
-    what = "ZeRO-3 communication wait" if zero else "communication wait"
+    what = ("ZeRO-3 communication wait" if zero else
+            "communication wait (" + ", ".join(k.replace("_", "-") for k, _ in top[:2]) + ")" if top else "communication wait")
     return [Finding(
         rule="comm",
-        title=f"{what}: every rank is blocked in collectives {fmt.pct(share)} of step time"
+        title=f"{what}: every rank is blocked in collectives {fmt.pct(m.share)} of its time"
               + (f" ({kind}-bound)" if kind != "unknown" else ""),
-        severity=severity_for(share, t["wait_share_warning"], t["wait_share_critical"]),
+        severity=severity_for(m.share, t["wait_share_warning"], t["wait_share_critical"]),
         confidence="high" if busy is not None else "medium",
-        seen=f"the least-waiting rank is blocked {fmt.secs(floor)} of a {fmt.secs(step)} step in collectives ("
-             + ", ".join(f"{k.replace('_', '-')} {fmt.secs(v)}" for k, v in top) + f"){functions}; {link_text}"
+        seen=f"the least-waiting rank (rank {m.rank.rank}) is blocked {fmt.secs(m.wait_s / n)} per step in collectives ("
+             + ", ".join(f"{k.replace('_', '-')} {fmt.secs(v / n)}" for k, v in top)
+             + f") of its {fmt.secs(m.basis_s / n)} of wall time per step (steps of {fmt.secs(m.step_s)}, median over "
+             f"ranks, and the time between them, where waits are measured too)"
+             + (f"; ZeRO-3: {zero_why}" if zero else "") + f"{functions}; {link_text}"
              + (f"; {profile_note}" if profile_note else ""),
         why=f"ranks wait instead of computing: about {fmt.gpu_time(lost, w.unit)}; overlapping communication with "
             f"compute or moving fewer bytes recovers part of it",
-        action=_action(zero, kind, space, tell), lost_s=lost, lost_share=share,
-        basis="the least collective wait per step of any rank (what every rank waits; waits beyond it are "
-              "imbalance, see the straggler rule) x steps x ranks",
+        action=_action(zero, kind, space, tell), lost_s=lost, lost_share=m.share,
+        basis="the least collective wait share of any rank (what every rank waits; waits beyond it are imbalance, see "
+              "the straggler rule; waits for a slower saver are the checkpoint rule's), of its wall time outside "
+              "evaluation, x each rank's wall time outside evaluation",
         where={"ranks": sorted({r.rank for r in w.ranks if r.step_count > 0}, key=_rank_order)},
-        evidence={"wait_share": round(share, 4), "wait_per_step_s": round(floor, 6), "mean_step_s": round(step, 6),
-                  "by_kind_s": {k: round(v, 6) for k, v in kinds.items()}, "link_busy": busy, "bound": kind,
-                  "zero": zero, "profile_source": p.source if p is not None else None,
+        evidence={"wait_share": round(m.share, 4), "wait_per_step_s": round(m.wait_s / n, 6),
+                  "wall_per_step_s": round(m.basis_s / n, 6), "mean_step_s": round(m.step_s, 6),
+                  "least_rank": m.rank.rank, "by_kind_s": {k: round(v / n, 6) for k, v in m.by_kind_s.items()},
+                  "link_busy": busy, "bound": kind, "zero": zero, "zero_evidence": zero_why,
+                  "profile_source": p.source if p is not None else None,
                   "top_functions": dict((fn, round(v, 4)) for fn, v in p.top_comm(4)) if p is not None else {}},
         tune_space=space if zero else None,
     )]

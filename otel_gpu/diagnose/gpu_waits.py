@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 
+from .. import names as N
 from . import fmt
 from .findings import Finding, missing_input, severity_for
 from .model import RankStats, Window
@@ -71,7 +72,7 @@ def host_phase_per_step(r: RankStats) -> dict[str, float]:
     and eval, judged by their own rules, left out)."""
     n = r.step_count
     out = {p: s / n for p, s in r.phases.items() if p not in OUTSIDE_STEP}
-    step = (r.step_time_s - sum(r.phases.get(p, 0.0) for p in OUTSIDE_STEP)) / n
+    step = (r.step_time_s - sum(r.phases.get(p, 0.0) for p in OUTSIDE_STEP if p not in N.OUTSIDE_STEPS)) / n
     out["unphased"] = max(0.0, step - sum(out.values()))
     return out
 
@@ -115,7 +116,8 @@ def straggler(w: Window, th: Thresholds, ranks: list[RankStats], consistency, ca
              f"{fmt.secs(late)} less per step in collectives than the others' median: they start them and wait for "
              f"it; {arrived}; {where}. {OVERLAP_NOTE}"
              + (f"; on its node: {'; '.join(found)}" if found else "; no hardware anomaly seen on its node"),
-        why=f"the other {len(others)} rank(s) wait for it in every collective: about {fmt.gpu_time(lost, w.unit)} "
+        why=f"the other {fmt.count(len(others), 'rank')} wait{'s' if len(others) == 1 else ''} for it in every "
+            f"collective: about {fmt.gpu_time(lost, w.unit)} "
             f"({fmt.pct(share)} of the mean step)",
         action=action(name, r.host, phase if located else "gpu", found),
         lost_s=lost, lost_share=share,

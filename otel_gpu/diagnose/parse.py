@@ -6,6 +6,7 @@ import math
 import statistics
 from typing import Any
 
+from .. import names as N
 from ..promql import Series
 from . import queries as Qb
 from .model import GpuStats, NodeStats, RankStats, Timeline
@@ -52,8 +53,10 @@ def parse_ranks(result: list[Series]) -> list[RankStats]:
             samples=int(v.get("n") or 0), first_t=v.get("t0"),
             last_t=v.get("t1") if v.get("t1") is not None else v.get("t1m"),
             first_step_s=v.get("first_sum"), started=v.get("steps0") is None,
-            collective_s=sum(coll.values()) if coll else None, collective_by_phase=coll,
-            collective_by_kind=kinds, collective_basis=basis_of(bases) if coll else "",
+            collective_s=sum(v for p, v in coll.items() if p not in N.OUTSIDE_STEPS) if coll else None,
+            collective_by_phase=coll,
+            collective_by_kind=kinds, param_gather_s=_increase(v, "fetch") or 0.0,
+            collective_basis=basis_of(bases) if coll else "",
             collective_unmeasured=unmeasured, saves=_increase(v, "saves")))
     return out
 

@@ -117,6 +117,8 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
     counted = f"sum {by} ({selector(hist, job_sel, '_sum')})"
     last = lambda sel: f"last_over_time({sel}[{W}])"   # noqa: E731
     coll = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel)
+    fetch = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel, otelgpu_collective=N.PARAM_GATHER[0],
+                     otelgpu_phase="~" + "|".join(N.PARAM_GATHER[1]))
     unmeasured = selector(N.TRAIN_COLLECTIVE_UNMEASURED.prometheus_name(), job_sel)
     ckpt_end = selector(N.TRAIN_CHECKPOINTS.prometheus_name(), job_sel, otelgpu_checkpoint_event="end")
     return union({
@@ -134,6 +136,9 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
         "coll0:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({coll} offset {W})",
         "collkind:otelgpu_collective": f"sum by ({RANK_BY}, otelgpu_collective) ({last(coll)})",
         "collkind0:otelgpu_collective": f"sum by ({RANK_BY}, otelgpu_collective) ({coll} offset {W})",
+        # all-gathers inside forward/backward: a sharded model's parameter fetch (ZeRO-3), not a batch's token count
+        "fetch": f"sum {by} ({last(fetch)})",
+        "fetch0": f"sum {by} ({fetch} offset {W})",
         # which basis the rank's collective time has (host-blocked or GPU-timed: never summed together)
         "collbasis:otelgpu_collective_basis": f"sum by ({RANK_BY}, otelgpu_collective_basis) ({last(coll)})",
         # collectives not measured, by reason (a process-wide reason is 1 from the start: last value)
@@ -227,13 +232,14 @@ def checkpoint_times(job_sel: str, w: float) -> str:
 
 def rank_busy(job_sel: str, smooth: float) -> str:
     """Per rank over time (range query): the increase, over `smooth` seconds, of step time, steps, seconds
-    blocked in collectives (outside checkpoint/eval) and checkpoint/eval phase seconds, from which
+    blocked in collectives (in any phase: phase seconds are own time) and checkpoint/eval phase seconds, from which
     `window.parse_busy` makes busy seconds per step at each point."""
     S = dur(smooth)
     by = f"by ({RANK_BY})"
     hist = N.TRAIN_STEP_DURATION.prometheus_name()
-    coll = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel, otelgpu_phase="!~checkpoint|eval")
-    outside = selector(N.TRAIN_PHASE_TIME.prometheus_name(), job_sel, otelgpu_phase="~checkpoint|eval")
+    not_steps = "|".join(N.OUTSIDE_STEPS)   # eval: neither its time nor its waits are in any step
+    coll = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel, otelgpu_phase=f"!~{not_steps}")   # phases are own time: every other wait
+    outside = selector(N.TRAIN_PHASE_TIME.prometheus_name(), job_sel, otelgpu_phase="checkpoint")
     return union({
         "bsum": f"sum {by} (increase({selector(hist, job_sel, '_sum')}[{S}]))",
         "bcount": f"sum {by} (increase({selector(hist, job_sel, '_count')}[{S}]))",

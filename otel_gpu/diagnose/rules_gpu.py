@@ -181,7 +181,7 @@ def memory_pressure(w: Window, th: Thresholds) -> list[Finding]:
             rule="memory", title=f"GPU memory near full ({fmt.pct(top.mem_used_b / top.mem_limit_b)} peak)",
             severity="warning", confidence="high",
             seen=f"peak {fmt.size(top.mem_used_b)} of {fmt.size(top.mem_limit_b)} on {top.name}; "
-                 f"{len(full)} GPU(s) at or above {fmt.pct(t['gpu_used_max'], 0)}",
+                 f"{fmt.count(len(full), 'GPU')} at or above {fmt.pct(t['gpu_used_max'], 0)}",
             why="near the limit the caching allocator frees and retries (slow steps) and the next larger batch "
                 "or sequence runs out of memory",
             action="set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, lower the micro-batch or sequence "

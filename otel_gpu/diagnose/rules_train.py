@@ -1,9 +1,9 @@
-"""Training-side rules: checkpoint stalls, input-bound steps, drops during eval and at epoch boundaries."""
+"""Training-side rules: checkpoint stalls (who saves and who waits: saves.py), input-bound steps, drops at epoch boundaries."""
 from __future__ import annotations
 
 import statistics
 
-from . import fmt
+from . import fmt, saves
 from . import timeseries as ts
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
@@ -12,21 +12,14 @@ from .model import RankStats, Window
 PHASE_EPS = 0.01   # ranks in a phase (timeline value) above this: the phase is happening
 
 
-def _share(w: Window, ranks: list[RankStats], phase: str) -> tuple[float, float, RankStats | None]:
-    """(seconds in `phase` summed over ranks, share of the ranks' wall time, the rank with most)."""
-    secs = sum(r.phases.get(phase, 0.0) for r in ranks)
-    wall = sum(w.rank_wall_s(r) for r in ranks)
-    worst = max(ranks, key=lambda r: r.phases.get(phase, 0.0) / (w.rank_wall_s(r) or 1.0), default=None)
-    return secs, (secs / wall if wall > 0 else 0.0), worst
-
-
 def _during(w: Window, mask: list[bool], name: str) -> tuple[float | None, float | None]:
     """Mean of timeline series `name` inside `mask` and over the rest of the training time."""
     return ts.during(w, mask, w.timeline.get(name))
 
 
 def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
-    """Share of wall time in the checkpoint phase; storage writes and GPU activity during saves."""
+    """Share of wall time in the checkpoint phase; who saves and who waits; storage writes and GPU
+    activity (or the step rate) during saves."""
     t = th["checkpoint"]
     ranks = [r for r in w.ranks if r.phases.get("checkpoint", 0.0) > 0]
     if not ranks:
@@ -37,20 +30,27 @@ def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
     share = ckpt / wall if wall > 0 else 0.0
     n = max(len(w.ranks), 1)
     lost = ckpt * n   # synchronous training: every rank waits for the slowest save
+    saving = saves.savers(ranks)
+    waits = saves.waiting(w.ranks, saving)
     mask = ts.phase_mask(w.timeline, "checkpoint", PHASE_EPS)
     count, ranges, every, seen_note = _saves(worst, ts.events(w.timeline.t, mask, [1.0] * len(mask), w.step_s))
     details = []
+    if len(w.ranks) > 1:
+        details.append("saving: " + ", ".join(f"rank {r.rank}" for r in saving)
+                       + ("; waiting for the saves: " + ", ".join(f"rank {k} ({fmt.secs(v)} more in collectives)"
+                                                               for k, v in waits.items()) if waits else ""))
     write_in, write_out = _during(w, mask, "disk_write")
     if write_in is not None and write_out is not None:
         details.append(f"storage writes {fmt.rate(write_in)} during saves vs {fmt.rate(write_out)} otherwise")
     sig = ts.activity(w, training_only=False)
-    act_in = act_out = None
-    if sig is not None and any(mask):
+    act_in = act_out = rate_share = None
+    if sig is not None and sig[0] == "step rate":
+        rate_share, rate_note = saves.step_rate_during(w, ranges)
+        details.append(rate_note)
+    elif sig is not None and any(mask):
         act_in, act_out = ts.during(w, mask, sig[1])
         if act_in is not None and act_out:
-            details.append(f"{sig[0]} {fmt.pct(act_in / act_out)} of the rest of training during saves"
-                           if sig[0] == "step rate" else
-                           f"{sig[0]} {fmt.pct(act_in)} during saves vs {fmt.pct(act_out)} otherwise")
+            details.append(f"{sig[0]} {fmt.pct(act_in)} during saves vs {fmt.pct(act_out)} otherwise")
     target = t["share_warning"] * 0.5
     advice = ["save asynchronously (torch.distributed.checkpoint.async_save, DeepSpeed's decoupled/Nebula "
               "checkpointing) so training continues while the shards are written",
@@ -64,38 +64,48 @@ def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
         severity=severity_for(share, t["share_warning"], t["share_critical"]),
         confidence="high" if len(w.ranks) and wall > 0 else "medium",
         seen=f"rank {worst.rank} on {worst.host} spent {fmt.secs(ckpt)} of {fmt.secs(wall)} saving checkpoints"
-             + (f" ({count:.0f} saves" + (f", one every {fmt.secs(every)}" if every else "") + ")" if count else "")
+             + (f" ({count} save{'s' if count != 1 else ''}" + (f", one every {fmt.secs(every)}" if every else "")
+                + ")" if count else "")
              + seen_note + ("; " + "; ".join(details) if details else ""),
         why=f"in synchronous training every rank waits for the slowest save: about {fmt.gpu_time(lost, w.unit)} "
             f"({fmt.pct(share)} of the job's time)",
         action="; ".join(advice),
         lost_s=lost, lost_share=share,
-        basis="checkpoint phase seconds of the slowest rank x ranks, over that rank's wall time in the window",
-        where={"ranks": [r.rank for r in ranks], "nodes": sorted({r.host for r in ranks})},
+        basis="checkpoint phase seconds of the slowest rank x ranks, over that rank's wall time in the window; "
+              f"savers: ranks with at least {saves.SAVER_SHARE:.0%} of its checkpoint seconds (a phase's own time, "
+              "collective waits excluded)"
+              + ("; step rate during saves: steps completed inside save windows per second, over the rate outside "
+                 "them, from step-rate points wholly inside a save (a stall reads 0%, never above normal)"
+                 if sig is not None and sig[0] == "step rate" else ""),
+        where={"ranks": [r.rank for r in saving], "nodes": sorted({r.host for r in saving})},
         ranges=ranges,
         evidence={"checkpoint_s": round(ckpt, 3), "wall_s": round(wall, 3), "share": round(share, 4),
                   "saves": count, "every_s": every, "ranges_seen": len(ranges), "disk_write_Bps_during": write_in,
-                  "disk_write_Bps_outside": write_out, "activity_during": act_in, "activity_outside": act_out},
+                  "disk_write_Bps_outside": write_out, "activity_during": act_in, "activity_outside": act_out,
+                  "step_rate_during_share": rate_share, "savers": [r.rank for r in saving],
+                  "waiting": {k: round(v, 3) for k, v in waits.items()},
+                  "checkpoint_s_by_rank": {r.rank: round(r.phases.get("checkpoint", 0.0), 3) for r in w.ranks}},
     )]
 
 
-def _saves(r: RankStats, drops) -> tuple[float, list[tuple[float, float]], float | None, str]:
+def _saves(r: RankStats, drops) -> tuple[int, list[tuple[float, float]], float | None, str]:
     """(save count, (start, end) of the saves seen, seconds between save starts, a note) of rank `r`:
     from its checkpoint events (count exact; each export shows the latest save's start and end), else
     from the checkpoint-phase occupancy of the timeline (`drops`, approximate)."""
-    if r.saves is None:
+    n = saves.count(r)
+    if n is None:
         ranges = [(e.start, e.end) for e in drops]
         every = statistics.median(b[0] - a[0] for a, b in zip(ranges, ranges[1:])) if len(ranges) >= 2 else None
-        return float(len(ranges)), ranges, every, "; save times estimated from phase time (no checkpoint events)"
+        return len(ranges), ranges, every, "; save times estimated from phase time (no checkpoint events)"
     ranges = sorted(r.save_ranges)
     every, note = None, ""
     if len(ranges) >= 2:
         gaps = [b[0] - a[0] for a, b in zip(ranges, ranges[1:])]
-        every = statistics.median(gaps) if len(ranges) == round(r.saves) else (ranges[-1][0] - ranges[0][0]) / max(1.0, r.saves - 1)
-    if len(ranges) < round(r.saves):
+        every = statistics.median(gaps) if len(ranges) == n else (ranges[-1][0] - ranges[0][0]) / max(1, n - 1)
+    if len(ranges) < n:
         note = (f"; start and end times seen for {len(ranges)} of them (several saves ended within one export "
                 f"interval)")
-    return r.saves, ranges, every, note
+    return n, ranges, every, note
 
 
 def input_bound(w: Window, th: Thresholds) -> list[Finding]:
@@ -149,7 +159,7 @@ def input_bound(w: Window, th: Thresholds) -> list[Finding]:
               f"{fmt.pct(share)} of the time",
         severity=severity_for(share, t["share_warning"], t["share_critical"]),
         confidence="high",
-        seen=f"data_wait at least {fmt.pct(share)} of wall time on each of {len(w.ranks)} rank(s){spread}; "
+        seen=f"data_wait at least {fmt.pct(share)} of wall time on each of {fmt.count(len(w.ranks), 'rank')}{spread}; "
              f"{cpu_text}{gpu}",
         why=f"{'the GPU has nothing to do' if w.gpus else 'a rank computes nothing'} while a rank waits for its batch: "
             f"about {fmt.gpu_time(waited, w.unit)} "
@@ -163,40 +173,10 @@ def input_bound(w: Window, th: Thresholds) -> list[Finding]:
     )]
 
 
-def eval_and_epochs(w: Window, th: Thresholds) -> list[Finding]:
-    """Activity drops during the eval phase; drops at data-wait bursts (epoch boundaries)."""
-    t, sev = th["eval"], th["severity"]
+def epoch_boundaries(w: Window, th: Thresholds) -> list[Finding]:
+    """Activity drops at data-wait bursts (epoch boundaries). (Evaluation: evaluation.py.)"""
+    sev = th["severity"]
     out = []
-    secs, share, _ = _share(w, w.ranks, "eval")
-    sig = ts.activity(w, training_only=False)
-    if secs > 0 and share >= t["share_min"]:
-        mask = ts.phase_mask(w.timeline, "eval", PHASE_EPS)
-        drop = None
-        if sig is not None and sig[0] != "step rate" and any(mask):
-            a_in, a_out = ts.during(w, mask, sig[1])
-            if a_in is not None and a_out:
-                drop = max(0.0, 1.0 - a_in / a_out)
-        lost = secs * (drop or 0.0)
-        lost_share = lost / (w.gpu_time_s() or 1.0)
-        evals = ts.events(w.timeline.t, mask, [1.0] * len(mask), w.step_s)
-        seen = f"eval phase {fmt.secs(secs)} over {len(w.ranks)} rank(s), {fmt.pct(share)} of wall time"
-        if drop is not None:
-            seen += f"; {sig[0]} {fmt.pct(drop)} lower during eval"
-        big = drop is not None and drop >= t["activity_drop"]
-        out.append(Finding(
-            rule="eval", title=f"evaluation takes {fmt.pct(share)} of the time"
-                               + (f" at {fmt.pct(1 - drop)} of training activity" if big else ""),
-            severity=severity_for(lost_share, sev["warning_share"], sev["critical_share"]) if big else "info",
-            confidence="medium" if drop is None else "high", seen=seen,
-            why=(f"the GPUs run well below training activity during eval: about {fmt.gpu_time(lost, w.unit)} of GPU time"
-                 if big else "eval is necessary work; its GPU activity is close to training's"),
-            action="evaluate less often or on a subset, use a larger eval batch (no gradients), or run eval "
-                   "asynchronously on a separate GPU",
-            lost_s=lost, lost_share=lost_share,
-            basis="eval seconds x relative drop of GPU activity during eval",
-            where={"ranks": [r.rank for r in w.ranks if r.phases.get("eval")]},
-            ranges=[(e.start, e.end) for e in evals],
-            evidence={"eval_s": round(secs, 3), "share": round(share, 4), "activity_drop": drop}))
     # epoch boundaries: data_wait bursts well above their usual level, with activity dropping
     dw = w.timeline.get("phase_data_wait")
     sig = ts.activity(w)   # training time only: start-up is no epoch boundary

@@ -5,13 +5,16 @@ collectives. Each rank reports the seconds it was blocked in collectives inside 
 (`otelgpu.train.collective.time`). Per step, a rank's *busy* time is its step time minus that
 wait, minus checkpoint and eval time (their own rules). The straggler is the rank with the most
 busy time: its extra busy time (over the median of the others) is what the others wait for,
-wherever in the step it falls. Its busy time per phase (phase time minus the waits inside the
-phase; what no phase covers is "unphased") against the others' says which part of its step grew.
+wherever in the step it falls. Its busy time per phase (the phase's own time: a collective inside a
+phase is counted as wait, not as the phase's time; what no phase covers is "unphased") against the
+others' says which part of its step grew. So a rank that waits for another inside its batch fetch
+or its logging (a token-count all-gather, a metric all-reduce) is never the one named.
 """
 from __future__ import annotations
 
 import statistics
 
+from .. import names as N
 from . import fmt, gpu_waits
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
@@ -26,12 +29,13 @@ CAUSE = {"data_wait": "input (its own data loading)", "forward": "forward", "bac
 
 def busy_per_step(r: RankStats) -> dict[str, float]:
     """Seconds per step this rank was not waiting for peers, per phase (+ "unphased"); checkpoint
-    and eval left out. Needs `r.collective_s` and `r.step_count`."""
+    and eval left out. A phase's seconds are its own time: the collective waits inside it are not in
+    them (the training side takes them out), so every wait is taken out of the step once, wherever
+    it happened. Needs `r.collective_s` and `r.step_count`."""
     n = r.step_count
-    coll = r.collective_by_phase
-    out = {p: max(0.0, (s - coll.get(p, 0.0)) / n) for p, s in r.phases.items() if p not in OUTSIDE_STEP}
-    waited = sum(v for p, v in coll.items() if p not in OUTSIDE_STEP)   # waits inside those phases go with them
-    step = (r.step_time_s - waited - sum(r.phases.get(p, 0.0) for p in OUTSIDE_STEP)) / n
+    out = {p: s / n for p, s in r.phases.items() if p not in OUTSIDE_STEP}
+    waited = sum(v for p, v in r.collective_by_phase.items() if p not in N.OUTSIDE_STEPS)
+    step = (r.step_time_s - waited - sum(r.phases.get(p, 0.0) for p in OUTSIDE_STEP if p not in N.OUTSIDE_STEPS)) / n
     out[UNPHASED] = max(0.0, step - sum(out.values()))
     return out
 
@@ -122,7 +126,8 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
              f"others and waits {fmt.secs(max(0.0, waited))} less in collectives; its {phase.replace('_', ' ')} time "
              f"grew by {fmt.secs(grew[phase])}"
              + (f"; on its node: {'; '.join(causes)}" if causes else "; no hardware anomaly seen on its node"),
-        why=f"the other {len(others)} rank(s) wait for it in every collective: about {fmt.gpu_time(lost, w.unit)} "
+        why=f"the other {fmt.count(len(others), 'rank')} wait{'s' if len(others) == 1 else ''} for it in every "
+            f"collective: about {fmt.gpu_time(lost, w.unit)} "
             f"({fmt.pct(share)} of step time)",
         action=_action(name, r.host, phase, causes),
         lost_s=lost, lost_share=share,

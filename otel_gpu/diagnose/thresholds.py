@@ -69,7 +69,9 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
         "match_share": (0.6, "share of drops inside a phase to name that phase as the cause"),
     },
     "eval": {
-        "share_min": (0.03, "eval share of wall time worth a look"),
+        "share_min": (0.03, "eval share of wall time worth a look (info)"),
+        "share_warning": (0.1, "... reported as a warning"),
+        "share_critical": (0.3, "... and as critical"),
         "activity_drop": (0.3, "GPU activity during eval this much below training: a drop"),
     },
     "comm": {

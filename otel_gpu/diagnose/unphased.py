@@ -12,6 +12,7 @@ batch) are still subtracted: the share is then an underestimate, never an invent
 """
 from __future__ import annotations
 
+from .. import names as N
 from . import fmt
 from .findings import Finding, severity_for
 from .model import RankStats, Window
@@ -20,11 +21,12 @@ from .thresholds import Thresholds
 
 def unphased(r: RankStats) -> tuple[float, float] | None:
     """(seconds of step time outside every phase, their share of step time) of rank `r`; None without
-    counted steps. Seconds blocked in collectives outside the phases are measured too (the
-    communication rule's): they are not counted here."""
+    counted steps. Seconds blocked in collectives are measured too (the communication rule's), inside a
+    phase or not (a phase's seconds are its own time, without them): they are not counted here."""
     if r.step_count <= 0 or r.step_time_s <= 0:
         return None
-    outside = max(0.0, r.step_time_s - sum(r.phases.values()) - r.collective_by_phase.get("", 0.0))
+    inside = lambda d: sum(v for p, v in d.items() if p not in N.OUTSIDE_STEPS)   # noqa: E731 (eval is not step time)
+    outside = max(0.0, r.step_time_s - inside(r.phases) - inside(r.collective_by_phase))
     return outside, outside / r.step_time_s
 
 
@@ -73,7 +75,7 @@ def unphased_time(w: Window, th: Thresholds) -> list[Finding]:
         confidence="medium",
         seen=f"step time minus every phase (data_wait, forward, backward, optimizer, checkpoint, eval and the job's "
              f"own) and collective waits outside them: "
-             f"at least {fmt.pct(share)} on each of {len(per)} rank(s){spread}; {table}",
+             f"at least {fmt.pct(share)} on each of {fmt.count(len(per), 'rank')}{spread}; {table}",
         why=f"no phase accounts for about {fmt.gpu_time(lost, w.unit)} ({fmt.pct(share)} of the job's time), so "
             f"no other finding can name it. It can be: " + "; ".join(can_be),
         action=wrap + "look at the flame graph of the training thread outside the phases (the profile's samples "

@@ -64,9 +64,12 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
                     and (s.metric == N.TRAIN_STEP_DURATION.name or s.get(N.PHASE) in ("checkpoint", "eval"))]
         by_phase: dict[str, float] = defaultdict(float)
         by_kind: dict[str, float] = defaultdict(float)
+        fetch = 0.0
         for s, st in coll.get(key, []):   # seconds in collectives, by phase and by kind
             by_phase[s.get(N.PHASE)] += st.last
             by_kind[s.get(N.COLLECTIVE)] += st.last
+            if s.get(N.COLLECTIVE) == N.PARAM_GATHER[0] and s.get(N.PHASE) in N.PARAM_GATHER[1]:
+                fetch += st.last
         bases = {s.get(N.COLLECTIVE_BASIS) for s, _ in coll.get(key, [])}
         lost: dict[str, float] = defaultdict(float)
         for s, st in unmeasured.get(key, []):
@@ -78,8 +81,9 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
             step_count=sum(st.last_count or 0.0 for _, st in hist.get(key, [])),
             phases=dict(ph), samples=max(st.n for _, st in ss), first_t=first,
             last_t=max(st.last_t for _, st in ss), first_step_s=sum(at_first), started=True,
-            collective_s=sum(by_phase.values()) if key in coll else None, collective_by_phase=dict(by_phase),
-            collective_by_kind=dict(by_kind), collective_basis=basis_of(bases) if key in coll else "",
+            collective_s=sum(v for p, v in by_phase.items() if p not in N.OUTSIDE_STEPS) if key in coll else None,
+            collective_by_phase=dict(by_phase),
+            collective_by_kind=dict(by_kind), param_gather_s=fetch, collective_basis=basis_of(bases) if key in coll else "",
             collective_unmeasured={k: v for k, v in lost.items() if v}, saves=sum(ends) if ends else None,
             save_ranges=save_ranges.get(key, [])))
     return sorted(out, key=lambda r: (int(r.rank) if r.rank.isdigit() else 1 << 30, r.rank, r.host))
@@ -284,11 +288,11 @@ def busy_of(rec: Recording, start: float, end: float, grid: list[float], smooth:
         rank = s.get(N.RANK)
         parts[rank]["sum"] += s.points
         parts[rank]["count"] += [(t, c) for (t, _), c in zip(s.points, s.counts)]
-    for s in rec.series(N.TRAIN_COLLECTIVE_TIME.name, start, end):
-        if s.get(N.PHASE) not in ("checkpoint", "eval"):
+    for s in rec.series(N.TRAIN_COLLECTIVE_TIME.name, start, end):   # phases are own time: every wait
+        if s.get(N.PHASE) not in N.OUTSIDE_STEPS:                     # but eval's: not in any step
             parts[s.get(N.RANK)]["coll"] += s.points
     for s in rec.series(N.TRAIN_PHASE_TIME.name, start, end):
-        if s.get(N.PHASE) in ("checkpoint", "eval"):
+        if s.get(N.PHASE) == "checkpoint":
             parts[s.get(N.RANK)]["out"] += s.points
     out = {}
     for rank, p in parts.items():

@@ -22,7 +22,6 @@ raises into the training loop, and nothing waits for the GPU.
 """
 from __future__ import annotations
 
-import time as _time
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -30,6 +29,21 @@ from ..names import PHASE_NAMES
 from . import session as _session
 
 __all__ = ["step", "phase", "checkpoint", "collective", "shutdown", "PHASE_NAMES"]
+
+
+def _measure_torch() -> None:
+    """Data wait, backward and collective wait are measured for every loop that uses torch, instrumented
+    by hand or not (`otel-gpu run` installs the same hooks at import). Run when the session starts; kept
+    here so that the session never imports the hook modules (they import it)."""
+    import sys
+    if "torch" not in sys.modules:
+        return
+    from . import collectives, torch_hooks
+    torch_hooks.install_phases()
+    collectives.install()
+
+
+_session.ON_START.append(_measure_torch)
 
 
 @contextmanager
@@ -64,16 +78,11 @@ def phase(name: str) -> Iterator[None]:
 @contextmanager
 def collective(kind: str) -> Iterator[None]:
     """Time this thread is blocked in a collective of its own library (MPI, a custom backend) as the
-    rank's collective wait of `kind` (torch.distributed collectives are timed without this)."""
-    t = _session.timer()
-    if t is None:
+    rank's collective wait of `kind` (torch.distributed collectives are timed without this; one called
+    inside is counted once, here). The current phase is paused meanwhile: the wait is not its own time."""
+    from . import collectives
+    with collectives.waiting(kind):
         yield
-        return
-    t0 = _time.perf_counter()
-    try:
-        yield
-    finally:
-        t.collective(kind, _time.perf_counter() - t0)
 
 
 def checkpoint():

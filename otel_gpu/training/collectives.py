@@ -7,7 +7,8 @@ What is measured (host wall clock, on the thread that blocks), inside counted st
 - DistributedDataParallel's gradient all-reduce, which C++ runs overlapped with backward: from the end of
   backward's computation to the completion of the last bucket (`ddp_allreduce`), through a communication
   hook that does what DDP does without one (divide by the world size, all-reduce).
-A synchronous call waits on its own Work inside, and some collectives call others: nested calls count once.
+A synchronous call waits on its own Work inside, and some collectives call others: nested calls count once,
+and so does a torch collective inside `waiting()` (the user's `otel_gpu.training.collective()`).
 
 These are exported with `otelgpu.collective.basis="host"`. With NCCL (CUDA) the calls and
 `Work.wait()` return at once: the GPU stream waits, not the host, and host timing would report
@@ -19,7 +20,8 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-import time
+from contextlib import contextmanager
+from typing import Iterator
 
 from . import session
 
@@ -86,9 +88,31 @@ def _timer():
     return t
 
 
+@contextmanager
+def waiting(kind: str) -> Iterator[None]:
+    """This thread blocks in a collective of `kind` for the body (one of the caller's own library: MPI, a
+    custom backend): the body's seconds are the rank's collective wait, its phase paused meanwhile, as for
+    a torch collective. A wait already open on this thread (this inside a timed torch call, or a torch
+    collective inside this) is counted by the outer one only, once."""
+    if getattr(_local, "inside", False):
+        yield
+        return
+    t = session.timer()
+    if t is None or t.broken:
+        yield
+        return
+    _local.inside = True
+    began = t.wait_begin()
+    try:
+        yield
+    finally:
+        _local.inside = False
+        t.wait_end(kind, began)
+
+
 def _timed(fn, kind: str, work_type):
-    """`fn` timed as `kind`; a Work it returns carries the kind and the call's time to its wait()."""
-    clock = time.perf_counter
+    """`fn` timed as `kind`; a Work it returns carries the kind and the call's time to its wait().
+    The thread's current phase is paused while it blocks (the wait is not that phase's own time)."""
 
     @functools.wraps(fn)
     def collective(*args, **kwargs):
@@ -98,18 +122,18 @@ def _timed(fn, kind: str, work_type):
         if t is None:
             return fn(*args, **kwargs)
         _local.inside = True
-        t0 = clock()
+        began = t.wait_begin()
+        result = None
         try:
             result = fn(*args, **kwargs)
         finally:
             _local.inside = False
-            took = clock() - t0
-        if type(result) is work_type:   # counted with its wait, once
-            if len(_pending) >= MAX_PENDING:
-                _pending.clear()
-            _pending[id(result)] = (kind, took)
-        else:
-            t.collective(kind, took)
+            if type(result) is work_type:   # counted with its wait, once, under the wait's phase
+                if len(_pending) >= MAX_PENDING:
+                    _pending.clear()
+                _pending[id(result)] = (kind, t.wait_end(None, began))
+            else:
+                t.wait_end(kind, began)
         return result
 
     collective._otelgpu = True
@@ -117,7 +141,6 @@ def _timed(fn, kind: str, work_type):
 
 
 def _timed_wait(original):
-    clock = time.perf_counter
 
     @functools.wraps(original)
     def wait(self, *args, **kwargs):
@@ -128,12 +151,12 @@ def _timed_wait(original):
         if t is None:
             return original(self, *args, **kwargs)
         _local.inside = True
-        t0 = clock()
+        began = t.wait_begin()
         try:
             return original(self, *args, **kwargs)
         finally:
             _local.inside = False
-            t.collective(kind, took + clock() - t0)
+            t.wait_end(kind, began, took)
 
     wait._otelgpu = True
     return wait
@@ -155,11 +178,12 @@ def _ddp_hook(inner):
     futures, which DDP would wait on next anyway (so the step is not delayed)."""
 
     def hook(state, bucket):
+        outer = getattr(_local, "inside", False)   # a wait the user times around backward stays open
         _local.inside = True
         try:
             fut = inner(state, bucket)
         finally:
-            _local.inside = False
+            _local.inside = outer
         futures = _ddp_futures()
         futures.append(fut)
         if bucket.is_last():
@@ -184,16 +208,18 @@ def _queue_wait(futures: list) -> None:
 
     def wait_for_buckets():
         t = session.timer()
-        if t is None:
+        if t is None or getattr(_local, "inside", False):   # inside a wait timed around it: counted there
             return
-        t0 = time.perf_counter()
+        began = t.wait_begin()
+        kind = DDP_KIND
         try:
             for fut in futures:
                 fut.wait()
         except Exception as exc:   # DDP's finalizer waits on the same futures next and raises the error itself
             log.debug("otel-gpu: a DDP bucket failed: %r", exc)
-            return
-        t.collective(DDP_KIND, time.perf_counter() - t0)
+            kind = None
+        finally:
+            t.wait_end(kind, began)
 
     Variable._execution_engine.queue_callback(wait_for_buckets)
 
@@ -246,6 +272,8 @@ def _patch_ddp(ddp_class) -> None:
                     self.register_comm_hook(self.process_group, _average)
                 except Exception as exc:   # an unknown DDP version: train unmeasured rather than fail
                     log.warning("otel-gpu: DDP all-reduce wait not measured: %r", exc)
+            if t.current_phase() == "eval":   # an evaluation pass stays eval
+                return original(self, *args, **kwargs)
             t.enter("forward")
             try:
                 return original(self, *args, **kwargs)

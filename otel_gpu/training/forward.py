@@ -15,6 +15,14 @@ and when telemetry is off.
 A root called while a phase is open on its thread is not timed again: evaluation stays "eval",
 activation recomputation inside backward stays "backward", and DDP's own forward (timed in
 `collectives`) or an integration's forward re-enters the same phase, which counts once.
+
+Evaluation of a plain loop: a root that has trained (been called with gradients on, in training
+mode) called again under `torch.no_grad()` / `torch.inference_mode()` or after `model.eval()` opens
+the "eval" phase, which stays open across the pass (its batches, its loss, its all-reduce) until the
+loop trains again: that root called with gradients on in training mode, a backward pass, an
+optimizer step, or a DataLoader batch fetched with gradients on while that root is in training
+mode (`training_resumes`). A module that never trained (a frozen teacher, an encoder called under
+`no_grad`) stays "forward". The timer keeps eval time out of the step that contains it.
 """
 from __future__ import annotations
 
@@ -24,6 +32,7 @@ import weakref
 from . import session
 
 PHASE = "forward"
+EVAL = "eval"
 MAX_SEARCH_CALLS = 50_000     # module calls the global hook may see before it gives up (no steps at all)
 
 _local = threading.local()    # .entered: per root call in flight on this thread, whether it entered the phase
@@ -31,18 +40,43 @@ _lock = threading.Lock()      # install / stop / adopt (never on the per-call pa
 _global: list = []            # the global pre-hook's handle while the search runs
 _roots: list = []             # (pre, post) handles of the roots' own hooks
 _adopted: "weakref.WeakSet" = weakref.WeakSet()
+_trained: "weakref.WeakSet" = weakref.WeakSet()   # roots called with gradients on, in training mode
 # started: the search ran in this process; base / found_at: the timer's step boundaries at the search's
 # first call / when the first root was found; calls: module calls seen
 _search = {"started": False, "base": None, "found_at": None, "calls": 0}
 
 
-def _enter(t) -> None:
-    """Enter the phase unless one is open; note whether it did (the post-hook pops one per call)."""
+def _grad_enabled() -> bool:
+    return True
+
+
+def _evaluating(module) -> bool:
+    """True for a call of a root that has trained, made without gradients or in eval mode."""
+    if _grad_enabled() and module.training:
+        if module not in _trained:
+            _trained.add(module)
+        return False
+    return module in _trained
+
+
+def _begin(module, t) -> None:
+    """Open "forward" (or a pass's "eval") for this call of root `module` unless a phase is open;
+    note whether "forward" was entered (the post-hook pops one per call)."""
     entered = False
     try:
-        if t is not None and not t.broken and t.current_phase() is None:
-            t.enter(PHASE)
-            entered = True
+        if t is not None and not t.broken:
+            current = t.current_phase()
+            if current == EVAL and getattr(_local, "eval_root", None) is not None:
+                if _local.eval_root() is module and not _evaluating(module):
+                    end_eval(t)   # the model trains again
+                    current = t.current_phase()
+            if current is None:
+                if _evaluating(module):
+                    t.enter(EVAL)
+                    _local.eval_root = weakref.ref(module)
+                else:
+                    t.enter(PHASE)
+                    entered = True
     finally:
         stack = getattr(_local, "entered", None)
         if stack is None:
@@ -50,9 +84,43 @@ def _enter(t) -> None:
         stack.append(entered)
 
 
+def eval_open() -> bool:
+    """True while this thread is in an evaluation pass that the model call opened."""
+    return getattr(_local, "eval_root", None) is not None
+
+
+def end_eval(t) -> None:
+    """Close this thread's evaluation pass, if the model call opened one (training goes on)."""
+    try:
+        if getattr(_local, "eval_root", None) is None:
+            return
+        if t is None or t.broken:
+            _local.eval_root = None
+        elif t.current_phase() == EVAL:
+            _local.eval_root = None
+            t.exit(EVAL)
+    except Exception as exc:  # never let our bug reach the training loop
+        _local.eval_root = None
+        session.log.warning("otel-gpu: end of evaluation not timed: %r", exc)
+
+
+def training_resumes(t) -> None:
+    """A batch is being fetched: it ends the evaluation pass when gradients are on and the model
+    that was evaluated is back in training mode."""
+    try:
+        ref = getattr(_local, "eval_root", None)
+        if ref is None or not _grad_enabled():
+            return
+        root = ref()
+        if root is None or root.training:
+            end_eval(t)
+    except Exception as exc:  # never let our bug reach the training loop
+        session.log.warning("otel-gpu: end of evaluation not timed: %r", exc)
+
+
 def _root_pre(module, args):
     try:
-        _enter(session.timer())
+        _begin(module, session.timer())
     except Exception as exc:  # never let our bug reach the training loop
         session.log.warning("otel-gpu: forward of the model not timed: %r", exc)
     return None
@@ -85,7 +153,7 @@ def _adopt(module, t) -> None:
         _adopted.add(module)
         if _search["found_at"] is None:
             _search["found_at"] = t.boundaries
-    _enter(t)
+    _begin(module, t)
 
 
 def _search_done(t) -> bool:
@@ -128,7 +196,7 @@ def _in_worker() -> bool:
 
 def install() -> bool:
     """Start searching for the model (once per process); False when torch has no global module hooks."""
-    global _compiling, _in_worker
+    global _compiling, _in_worker, _grad_enabled
     import torch
     from torch.nn.modules import module as nn_module
     from torch.utils.data import get_worker_info
@@ -139,6 +207,7 @@ def install() -> bool:
     compiler = getattr(torch, "compiler", None)
     _compiling = getattr(compiler, "is_compiling", None) or (lambda: False)
     _in_worker = lambda: get_worker_info() is not None   # noqa: E731
+    _grad_enabled = torch.is_grad_enabled
     with _lock:
         if _search["started"]:
             return True
@@ -166,5 +235,6 @@ def uninstall() -> None:
             for handle in _roots.pop():
                 handle.remove()
         _adopted.clear()
+        _trained.clear()
         _search.update(started=False, base=None, found_at=None, calls=0)
     _local.__dict__.clear()

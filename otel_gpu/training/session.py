@@ -251,6 +251,9 @@ class Session:
 
 _lock = threading.Lock()
 _session: Session | None = None
+# run once when the session starts: the torch hooks (data wait, backward, collective wait), which the
+# package registers (otel_gpu/training/__init__.py) so that they import this module and never the reverse
+ON_START: list = []
 _forked = False      # this process is a fork of one that had a session: no profiler here
 _disabled = False
 
@@ -278,7 +281,11 @@ def current(env: Mapping[str, str] | None = None) -> Session | None:
             log.warning("otel-gpu training telemetry off: %r", exc)
             return None
         atexit.register(_shutdown_at_exit)
-        _measure_torch()
+        for start in ON_START:
+            try:
+                start()
+            except Exception as exc:  # an unknown torch version: the step metrics still work
+                log.warning("otel-gpu: data and collective wait not measured: %r", exc)
         return _session
 
 
@@ -300,19 +307,6 @@ def prepare(env: Mapping[str, str] | None = None) -> None:
         return   # said once, when the session starts
     except ImportError as exc:
         log.debug("otel-gpu: not imported ahead: %r", exc)
-
-
-def _measure_torch() -> None:
-    """Data wait, backward and collective wait are measured for every loop that uses torch,
-    instrumented by hand or not (`otel-gpu run` installs the same hooks at import)."""
-    if "torch" not in sys.modules:
-        return
-    try:
-        from . import collectives, torch_hooks
-        torch_hooks.install_phases()
-        collectives.install()
-    except Exception as exc:  # an unknown torch version: the step metrics still work
-        log.warning("otel-gpu: data and collective wait not measured: %r", exc)
 
 
 def timer() -> Timer | None:

@@ -4,7 +4,14 @@
 collective) into measurements handed to a `Sink`: step durations in seconds,
 *exclusive* phase seconds (a phase nested in another is not counted twice, so the
 phase shares of wall time add up to at most 1), checkpoint start/end events, and
-seconds blocked in collectives inside counted steps, by kind and phase.
+seconds blocked in collectives, by kind and phase.
+
+A collective is waiting, not work: the seconds a thread is blocked in one are taken out of the
+phase it happens in (the phase keeps its *own* time) and counted as collective wait under that
+phase's name, wherever it happens (a framework's batch fetch that all-gathers token counts, a
+metric all-reduce in the user's logging, a barrier inside a save), inside a step or between steps
+while a phase is open. A collective outside every phase counts only inside a step (a set-up
+barrier before training is nobody's wait). So no phase grows because its rank waited for another.
 
 Phase time is also readable while phases are open: `phase_totals()` (called by the exporter
 at each collection) gives every phase's exclusive seconds so far, open phases included up to
@@ -71,9 +78,11 @@ def _guarded(method):
 @dataclass
 class _Frame:
     name: str
-    resumed: float      # perf_counter when this frame last became the innermost
+    resumed: float      # perf_counter when this frame last became the innermost (or its wait ended)
     acc: float = 0.0    # exclusive seconds before `resumed`
     depth: int = 0      # re-entries of the same phase (DeepSpeed inside the HF Trainer)
+    waiting: int = 0    # collective waits open on this frame (nested ones count once): its own time is paused
+    start: float = 0.0  # perf_counter when the phase was entered (its wall time, nested phases included)
 
 
 class _Thread:
@@ -101,6 +110,7 @@ class Timer:
         self._local = threading.local()
         self.broken = False
         self.boundaries = 0                  # step boundaries seen (ends of steps), for one-off set-up
+        self._step_thread: int | None = None  # the thread that opened the current step
         self._threads: list[_Thread] = []    # every thread that entered a phase (see phase_totals)
         self._register = threading.Lock()    # taken once per thread, at its first phase
         self._read = threading.Lock()        # readers only (one collection at a time)
@@ -124,6 +134,7 @@ class Timer:
     def begin_step(self, driver: str) -> None:
         if self.claim(driver):
             self._step_start = self.clock()
+            self._step_thread = threading.get_ident()
 
     @_guarded
     def end_step(self, driver: str, samples: float | None = None, tokens: float | None = None) -> None:
@@ -147,25 +158,89 @@ class Timer:
         if self._step_start is not None:
             self.sink.step(now - self._step_start, samples, tokens)
         self._step_start = now
+        self._step_thread = threading.get_ident()
 
     @_guarded
     def open_step_if_idle(self, driver: str) -> None:
         """Open a step at the first hook of a boundary-only driver (so step 1 is counted)."""
         if self._step_start is None and self.claim(driver):
             self._step_start = self.clock()
+            self._step_thread = threading.get_ident()
 
     def collective(self, kind: str, seconds: float) -> None:
-        """This thread was blocked `seconds` in a collective of `kind` (all_reduce, all_gather, ...).
-        Counted only inside a step, so it compares with step time; tagged with the current phase.
+        """This thread was blocked `seconds` in a collective of `kind` (all_reduce, all_gather, ...), just
+        now (a wait measured by its caller). Counted as the rank's collective wait under the current
+        phase, whose own time loses those seconds; outside every phase only inside a step.
         (Called per collective: the guard is inlined rather than the `_guarded` wrapper.)"""
-        if self._step_start is None or self.broken:
+        if self.broken:
             return
         try:
             st = getattr(self._local, "st", None)
-            self.sink.collective(kind, st.stack[-1].name if st is not None and st.stack else "", seconds)
+            if st is not None and st.stack:
+                top = st.stack[-1]
+                st.gen += 1
+                now = self.clock()
+                own = now - top.resumed if not top.waiting else 0.0
+                if seconds <= own:
+                    top.resumed += seconds
+                elif not top.waiting:   # a wait longer than the frame's current stretch: from what it had before
+                    top.resumed = now
+                    top.acc = max(0.0, top.acc - (seconds - own))
+                st.gen += 1
+                self.sink.collective(kind, top.name, seconds)
+            elif self._step_start is not None:
+                self.sink.collective(kind, "", seconds)
         except Exception as exc:  # never let our bug reach the training loop
             self.broken = True
             log.warning("otel-gpu training telemetry disabled after an internal error: %r", exc)
+
+    def wait_begin(self) -> float:
+        """This thread starts blocking in a collective: its innermost phase stops counting own time (live
+        reads too) until `wait_end`. Returns the clock reading to hand to `wait_end`."""
+        st = getattr(self._local, "st", None)
+        if st is None or not st.stack or self.broken:
+            return self.clock()
+        try:
+            top = st.stack[-1]
+            st.gen += 1
+            now = self.clock()
+            if not top.waiting:
+                top.acc += now - top.resumed
+            top.waiting += 1
+            st.gen += 1
+            return now
+        except Exception as exc:  # never let our bug reach the training loop
+            self.broken = True
+            log.warning("otel-gpu training telemetry disabled after an internal error: %r", exc)
+            return self.clock()
+
+    def wait_end(self, kind: str | None, began: float, before: float = 0.0) -> float:
+        """The wait that `wait_begin` returned `began` for is over: the innermost phase counts own time
+        again, and (unless `kind` is None: a call whose wait comes later) `before + seconds waited` are
+        the rank's collective wait of `kind` under that phase (outside every phase: only inside a step).
+        Returns the seconds waited; never raises."""
+        try:
+            now = self.clock()
+            seconds = now - began
+            if self.broken:
+                return seconds
+            st = getattr(self._local, "st", None)
+            top = st.stack[-1] if st is not None and st.stack else None
+            if top is not None and top.waiting:
+                st.gen += 1
+                top.waiting -= 1
+                top.resumed = now
+                st.gen += 1
+            if kind is not None:
+                if top is not None:
+                    self.sink.collective(kind, top.name, before + seconds)
+                elif self._step_start is not None:
+                    self.sink.collective(kind, "", before + seconds)
+            return seconds
+        except Exception as exc:  # never let our bug reach the training loop
+            self.broken = True
+            log.warning("otel-gpu training telemetry disabled after an internal error: %r", exc)
+            return 0.0
 
     @contextmanager
     def step(self, samples: float | None = None, tokens: float | None = None) -> Iterator[None]:
@@ -202,8 +277,9 @@ class Timer:
         now = self.clock()
         if stack:
             top = stack[-1]
-            top.acc += now - top.resumed
-        stack.append(_Frame(name, now))
+            if not top.waiting:
+                top.acc += now - top.resumed
+        stack.append(_Frame(name, now, start=now))
         st.gen += 1
         if name == "checkpoint":
             self.sink.checkpoint("start")
@@ -222,9 +298,11 @@ class Timer:
             return
         st.gen += 1
         now = self.clock()
-        seconds = top.acc + now - top.resumed
+        seconds = top.acc + (now - top.resumed if not top.waiting else 0.0)
         stack.pop()
         st.closed[name] = st.closed.get(name, 0.0) + seconds
+        if name == "eval" and self._step_start is not None and self._step_thread == threading.get_ident():
+            self._step_start += min(now - top.start, now - self._step_start)   # evaluation is not step time
         parent = stack[-1] if stack else None
         if parent is not None:
             parent.resumed = now
@@ -286,7 +364,7 @@ class Timer:
                     totals[name] = totals.get(name, 0.0) + value
                 stack = list(st.stack)
                 for i, f in enumerate(stack):
-                    open_s = f.acc + (now - f.resumed if i == len(stack) - 1 else 0.0)
+                    open_s = f.acc + (now - f.resumed if i == len(stack) - 1 and not f.waiting else 0.0)
                     totals[f.name] = totals.get(f.name, 0.0) + max(open_s, 0.0)
             if [st.gen for st in threads] != gens:
                 time.sleep(0)

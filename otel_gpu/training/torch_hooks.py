@@ -9,7 +9,9 @@ Whoever owns the steps, `torch.autograd.backward` (what `loss.backward()` calls)
 "backward" phase, getting the next batch from a DataLoader is the "data_wait" phase (not
 inside "eval": evaluation batches stay eval time), `torch.save` is a checkpoint save
 (the frameworks' own save functions, which call it, are one save) and the model call of a
-loop that no integration times is the "forward" phase (`forward`).
+loop that no integration times is the "forward" phase (`forward`), or opens an evaluation pass
+("eval") when the model is called without gradients or in eval mode; a backward pass, an
+optimizer step or a training batch's fetch ends that pass.
 
 Telemetry starts when a DataLoader iterator is made (`iter(loader)`, set-up), so its start-up
 is not in the first batch that the program times.
@@ -27,7 +29,11 @@ _patched: list = []   # (owner, attribute, original)
 
 def _pre(optimizer, args, kwargs):
     t = session.timer()
-    if t is not None and t.driver in (None, DRIVER):
+    if t is None:
+        return
+    if forward.eval_open():
+        forward.end_eval(t)
+    if t.driver in (None, DRIVER):
         t.enter("optimizer")
 
 
@@ -38,13 +44,18 @@ def _post(optimizer, args, kwargs):
         t.mark_step(DRIVER)
 
 
-def _phase(original, name: str, unless: str | None = None):
-    """`original` timed as phase `name` (not while the thread is in phase `unless`)."""
+def _phase(original, name: str, unless: str | None = None, before=None):
+    """`original` timed as phase `name` (not while the thread is in phase `unless`); `before(timer)`
+    runs first while a plain loop's evaluation pass is open (it may end the pass)."""
 
     @functools.wraps(original)
     def wrapper(*args, **kwargs):
         t = session.timer()
-        if t is None or (unless is not None and t.current_phase() == unless):
+        if t is None:
+            return original(*args, **kwargs)
+        if before is not None and forward.eval_open():
+            before(t)
+        if unless is not None and t.current_phase() == unless:
             return original(*args, **kwargs)
         t.enter(name)
         try:
@@ -56,11 +67,11 @@ def _phase(original, name: str, unless: str | None = None):
     return wrapper
 
 
-def _patch(owner, attr: str, name: str, unless: str | None = None) -> None:
+def _patch(owner, attr: str, name: str, unless: str | None = None, before=None) -> None:
     original = getattr(owner, attr, None)
     if original is None or getattr(original, "_otelgpu", False):
         return
-    setattr(owner, attr, _phase(original, name, unless))
+    setattr(owner, attr, _phase(original, name, unless, before))
     _patched.append((owner, attr, original))
 
 
@@ -80,14 +91,14 @@ def _start_at_iter(original):
 
 def install_phases() -> None:
     """data_wait around DataLoader iteration, backward around `torch.autograd.backward`, checkpoint
-    around `torch.save`, forward around the model call (`forward.install`); telemetry started at
-    `iter(DataLoader)`."""
+    around `torch.save`, forward (or eval) around the model call (`forward.install`); telemetry
+    started at `iter(DataLoader)`."""
     import torch
     import torch.autograd
     from torch.utils.data import dataloader
 
-    _patch(dataloader._BaseDataLoaderIter, "__next__", "data_wait", unless="eval")
-    _patch(torch.autograd, "backward", "backward")
+    _patch(dataloader._BaseDataLoaderIter, "__next__", "data_wait", unless="eval", before=forward.training_resumes)
+    _patch(torch.autograd, "backward", "backward", before=forward.end_eval)
     _patch(torch, "save", "checkpoint")
     original = getattr(dataloader.DataLoader, "__iter__", None)
     if original is not None and not getattr(original, "_otelgpu", False):

@@ -92,7 +92,7 @@ class SyntheticJob:
                                                   ("optimizer", 0.16))
     straggler: int | None = 5
     straggler_extra: float = 0.25
-    comm_s: float = 0.05          # seconds every rank waits in all-reduce per step (inside backward)
+    comm_s: float = 0.05          # seconds every rank waits in all-reduce per step (inside backward's 0.50 s)
     util: float = 0.97
     sm: float = 0.30
     clock_hz: float = 1.98e9
@@ -200,7 +200,8 @@ class SyntheticJob:
         om.family("otelgpu_train_phase_time_seconds", "counter")
         for n, g, r in ranks:
             for phase, secs in self.step_phases:
-                per_step = secs + (extra if (phase == "forward" and r == slow) or (phase == "backward" and r != slow) else 0)
+                # a phase's own time: the all-reduce waits inside backward are collective time, not backward's
+                per_step = secs + (extra if phase == "forward" and r == slow else 0) - (self.comm_s if phase == "backward" else 0)
                 om.series("otelgpu_train_phase_time_seconds_total", {**rank_labels(n, r), "otelgpu_phase": phase}, ts,
                           cumulative([x * per_step for x in step_rate], dt))
             om.series("otelgpu_train_phase_time_seconds_total", {**rank_labels(n, r), "otelgpu_phase": "checkpoint"}, ts,

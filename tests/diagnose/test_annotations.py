@@ -93,7 +93,7 @@ def test_cli_writes_annotations(backfilled, capsys, monkeypatch):
                    "--to", str(j.end), "--grafana", rec.url])
         err = capsys.readouterr().err
         assert rc == 0, err
-        assert f"annotation(s) written to {rec.url}" in err
+        assert f" written to {rec.url}" in err
         assert rec.auth and set(rec.auth) == {"Bearer env-token"}
         ck = [b for b in rec.bodies if "checkpoint" in b["tags"]]
         assert len(ck) == 5 and all(j.start * 1000 <= b["time"] < b["timeEnd"] <= j.end * 1000 for b in ck)

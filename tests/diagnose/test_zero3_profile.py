@@ -63,6 +63,10 @@ def test_zero3_tiny_buckets_is_communication_bound(victoriametrics, tmp_path):
     assert any("fetch_sub_module" in fn or "ipg_grads" in fn for fn in f.evidence["top_functions"])
     assert f.tune_space == LATENCY_SPACE and "otel-gpu tune" in f.action   # no interconnect metrics: bucket sizes first
     assert f.evidence["bound"] == "unknown"
+    with PromClient(vm.url) as client:   # without profiles: the all-gathers waited in forward/backward say ZeRO-3
+        (g,) = [x for x in diagnose(client, job, start, end).findings if x.rule == "comm"]
+    print(f"without profiles: {g.title}; {g.evidence['zero_evidence']}")
+    assert g.evidence["zero"] is True and "parameter fetch" in g.evidence["zero_evidence"] and g.tune_space == LATENCY_SPACE
 
 
 def _level(*nodes):
