@@ -22,6 +22,8 @@ for pair in prometheus:prometheus prometheus-node-exporter:prometheus-node-expor
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 done
 "$PY" -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)   # Debian's python3 ships without pip
+# tests/test_quickstart.py makes a fresh virtual environment (Debian's python3 needs python3-venv for it)
+"$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
 if ((${#missing[@]})); then
   step "apt: installing ${missing[*]}"
   apt-get update -q >/dev/null

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Mapping
 
-from . import children
+from . import children, words
 from .errors import UsageError
 from .values import flag_type, number, url_type
 
@@ -192,7 +192,7 @@ def _wait(proc: subprocess.Popen, latch: children.SignalLatch, grace_s: float, t
 
 
 def _processes(n: int) -> str:
-    return f"{n} process" + ("" if n == 1 else "es")
+    return words.count(n, "process")
 
 
 def _end_leftovers(tracker: children.Tracker, agent: subprocess.Popen | None, grace_s: float) -> None:
@@ -242,7 +242,8 @@ def _finish_recording(recorded, status: int, report: bool) -> int:
         print(f"otel-gpu run: recorded {relative(recorded.directory)}; report failed ({exc}): "
               f"run `otel-gpu report {relative(recorded.directory)}`", file=sys.stderr)
         return status
-    print(summary, file=sys.stderr, flush=True)
+    from .terminal import wrap_lines, wrap_width
+    print(wrap_lines(summary, wrap_width(sys.stderr)), file=sys.stderr, flush=True)
     return status
 
 

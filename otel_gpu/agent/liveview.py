@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 
-from .. import names
+from .. import names, words
 
 Snapshot = dict  # name -> {attrs_tuple: value}
 
@@ -78,14 +78,18 @@ def _size(used: float | None, limit: float | None) -> str:
     return f"{used / 2**30:.1f}/{limit / 2**30:.0f} GiB"
 
 
-def node_view(now: Snapshot, prev: Snapshot, dt: float):
-    """The node in at most 24 lines of 80 columns: GPUs (one row each, up to 8), one CPU/memory line,
-    the busiest network links against their speed, the busiest disks; from two snapshots `dt` s apart."""
+def node_view(now: Snapshot, prev: Snapshot, dt: float, fake_gpus: bool = False):
+    """The node in at most 23 lines of 80 columns: GPUs (one row each, up to 8), one CPU/memory line,
+    the busiest network links against their speed, the busiest disks; from two snapshots `dt` s apart.
+    ``fake_gpus``: the GPUs are simulated (--fake-gpus), and the view says so above them."""
     from rich.console import Group
     from rich.text import Text
 
     parts = []
     uuids = sorted(_by(now, names.GPU_MEMORY_LIMIT, names.HW_ID), key=lambda u: _gpu_index(now, u))
+    if uuids and fake_gpus:
+        parts.append(Text(f"FAKE GPUs (--fake-gpus {len(uuids)}): simulated readings, not this machine's",
+                          style="bold yellow", no_wrap=True, overflow="ellipsis"))
     if uuids:
         gpus = _table("GPU", "name", "util", "SM act", "tensor", "memory", "power", "temp")
         for uuid in uuids[:MAX_GPU_ROWS]:
@@ -104,7 +108,7 @@ def node_view(now: Snapshot, prev: Snapshot, dt: float):
         if rest:
             utils = [u for u in (_one(now, names.GPU_UTILIZATION, **{names.HW_ID: x}) for x in rest) if u is not None]
             sms = [u for u in (_one(now, names.GPU_SM_ACTIVITY, **{names.HW_ID: x}) for x in rest) if u is not None]
-            parts.append(Text(f"+{len(rest)} more GPUs: mean util {_pct(sum(utils) / len(utils) if utils else None)}, "
+            parts.append(Text(f"+{words.count(len(rest), 'more GPU', 'more GPUs')}: mean util {_pct(sum(utils) / len(utils) if utils else None)}, "
                               f"SM act {_pct(sum(sms) / len(sms) if sms else None)}", style="dim", no_wrap=True))
 
     cpu = [f"{label} {_pct(_one(now, names.CPU_UTILIZATION, **{names.CPU_MODE: m})).strip()}"
@@ -133,7 +137,7 @@ def node_view(now: Snapshot, prev: Snapshot, dt: float):
                         _pct(tx / limit) if tx is not None and limit else "-")
         parts.append(net)
         if len(links) > MAX_NET_ROWS:
-            parts.append(Text(f"+{len(links) - MAX_NET_ROWS} quieter links", style="dim"))
+            parts.append(Text(f"+{words.count(len(links) - MAX_NET_ROWS, 'quieter link')}", style="dim"))
 
     disks = []
     for dev in _by(now, names.DISK_IO, names.DEVICE):
@@ -160,16 +164,31 @@ def _gpu_index(snapshot: Snapshot, uuid: str) -> int:
     return 0
 
 
-def run_live(store, interval_s: float, stop: threading.Event, header: str) -> None:
-    """Redraw the view every `interval_s` seconds (at least 0.5 s) until `stop` is set."""
+def header_line(outputs: str, interval_s: float):
+    """The view's first line: where the metrics go, how often, how to stop; one line at any width
+    (cut with an ellipsis, the outputs first)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    line = Table.grid()   # a grid column, not a Text: a printed Text wraps whatever its no_wrap says
+    line.add_column(no_wrap=True, overflow="ellipsis", style="dim")
+    line.add_row(Text(f"{outputs or 'no outputs'} | every {interval_s:g} s | Ctrl-C stops"))
+    return line
+
+
+def run_live(store, interval_s: float, stop: threading.Event, header: str, fake_gpus: bool = False) -> None:
+    """Redraw the view every `interval_s` seconds (at least 0.5 s) until `stop` is set; ``header``:
+    where the metrics go (printed once, in the view's first line)."""
     from rich.console import Group
     from rich.live import Live
-    from rich.text import Text
 
     period = max(0.5, interval_s)
     prev, prev_t = store.snapshot(), time.monotonic()
-    with Live(Text("collecting ..."), refresh_per_second=4, screen=False) as live:
+    from rich.text import Text
+
+    with Live(Group(header_line(header, interval_s), Text("collecting ...")), refresh_per_second=4,
+              screen=False) as live:
         while not stop.wait(period):
             now, now_t = store.snapshot(), time.monotonic()
-            live.update(Group(Text(header + "   (Ctrl-C to stop)", style="dim"), node_view(now, prev, now_t - prev_t)))
+            live.update(Group(header_line(header, interval_s), node_view(now, prev, now_t - prev_t, fake_gpus)))
             prev, prev_t = now, now_t

@@ -19,6 +19,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from .. import words
 from ..errors import UsageError
 from ..values import positive_float, url_type
 
@@ -212,11 +213,12 @@ def _output(args, result, token) -> int:
             except OSError as exc:
                 return _fail(f"cannot write {args.tune_space}: {exc.strerror or exc}")
     if not to_stdout:
-        sys.stdout.write(rp.text(d))
+        from ..terminal import wrap_width
+        sys.stdout.write(rp.text(d, width=wrap_width()))   # a terminal's width; a pipe: one line per item
     if args.grafana:
         try:
             n = post_annotations(args.grafana, token, annotation_payloads(d, args.grafana_dashboard), args.timeout)
         except AnnotationError as exc:
             return _fail(str(exc))
-        print(f"otel-gpu diagnose: {n} annotation(s) written to {args.grafana}", file=sys.stderr)
+        print(f"otel-gpu diagnose: {words.count(n, 'annotation')} written to {args.grafana}", file=sys.stderr)
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
+from ..words import count  # noqa: F401  (the rules' "1 rank", "3 ranks")
+
 
 def pct(x: float | None, digits: int = 1) -> str:
     return "n/a" if x is None else f"{100 * x:.{digits}f}%"

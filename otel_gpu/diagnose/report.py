@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+import re
+import textwrap
 
 from . import fmt
+from .. import words
 from .findings import Finding
 
 MARK = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -15,11 +18,14 @@ def header(d: dict) -> str:
               if q.get("source") == "recording" else
               f"{q.get('queries', 0)} PromQL queries in {q.get('query_seconds', 0):.2f} s")
     return (f"job {d['job'] or '(all)'}, {fmt.span(d['start'], d['end'], date=True)} ({fmt.secs(d['duration_s'])}): "
-            f"{d['ranks']} ranks, {d['gpus']} GPUs, {d['nodes']} nodes; {source}")
+            f"{words.count(d['ranks'], 'rank')}, {words.count(d['gpus'], 'GPU')}, {words.count(d['nodes'], 'node')}; "
+            f"{source}")
 
 
 def _where(f: dict) -> str:
-    parts = [f"{k} {fmt.compact(v, 6)}" for k, v in f["where"].items() if v]
+    """"ranks 0-7; nodes a, b" ("rank 3" for one)."""
+    parts = [f"{k[:-1] if len(set(v)) == 1 and k.endswith('s') else k} {fmt.compact(v, 6)}"
+             for k, v in f["where"].items() if v]
     return "; ".join(parts)
 
 
@@ -45,26 +51,43 @@ def _unit(d: dict) -> str:
     return "GPU" if d.get("gpus") else "rank"
 
 
-def text(d: dict) -> str:
+# a number and its unit stay on one line ("5.15 s", "12 GPU-min", "3.2 GiB")
+_NUMBER_UNIT = re.compile(r"(?<=\d) (?=(?:ms|s|min|h|us|B|KiB|MiB|GiB|kB/s|MB/s|GB/s|W|C|MHz|(?:GPU|rank)-(?:s|min|h))\b)")
+
+
+def _wrap(lead: str, body: str, width: int | None) -> list[str]:
+    """``lead`` + ``body``, wrapped at ``width`` columns with the continuation lines under the body
+    (a hanging indent; a number kept with its unit; a word longer than a line is cut); None: one line."""
+    if width is None:
+        return [lead + body]
+    glued = _NUMBER_UNIT.sub("\xa0", body)
+    lines = textwrap.wrap(glued, max(20, width - len(lead)), break_on_hyphens=False) or [""]
+    return [(lead if i == 0 else " " * len(lead)) + line.replace("\xa0", " ") for i, line in enumerate(lines)]
+
+
+def text(d: dict, width: int | None = None) -> str:
+    """The diagnosis for the terminal; ``width``: wrap every line at that many columns (None: one
+    line per item, for files and pipes that keep long lines)."""
     unit = _unit(d)
-    lines = [f"otel-gpu diagnose: {header(d)}"]
-    lines += [f"  note: {n}" for n in d["notes"]]
+    lines = _wrap("otel-gpu diagnose: ", header(d), width)
+    for n in d["notes"]:
+        lines += _wrap("  note: ", n, width)
     if not any(not f["missing"] for f in d["findings"]):
         lines.append("no bottleneck found above the thresholds")
     for i, f in enumerate(d["findings"], 1):
         lines.append("")
         sure = "" if f["missing"] else f"; confidence {f['confidence']}"   # not checked: nothing to be sure of
-        lines.append(f"{i}. [{MARK[f['severity']]}] {f['title']}  ({_stake(f, unit)}{sure})")
-        lines.append(f"   seen:  {f['seen']}")
+        lines += _wrap(f"{i}. ", f"[{MARK[f['severity']]}] {f['title']}  ({_stake(f, unit)}{sure})", width)
+        lines += _wrap("   seen:  ", f["seen"], width)
         if not f["missing"]:
-            lines.append(f"   why:   {f['why']}" + (f" [basis: {f['basis']}]" if f["basis"] else ""))
-        lines.append(f"   do:    {f['action']}")
+            lines += _wrap("   why:   ", f["why"] + (f" [basis: {f['basis']}]" if f["basis"] else ""), width)
+        lines += _wrap("   do:    ", f["action"], width)
         if f["where"]:
-            lines.append(f"   where: {_where(f)}")
+            lines += _wrap("   where: ", _where(f), width)
         if f["ranges"]:
-            lines.append(f"   when:  {_ranges(f)}")
+            lines += _wrap("   when:  ", _ranges(f), width)
         if f["tune_space"]:
-            lines.append(f"   tune space: {json.dumps(f['tune_space'])}")
+            lines += _wrap("   tune space: ", json.dumps(f["tune_space"]), width)
     return "\n".join(lines) + "\n"
 
 

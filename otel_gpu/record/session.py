@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..errors import Failure, UsageError
+from ..words import count
 from ..identity import job_folder_name, job_name
 from .receiver import Receiver
 from .store import DiskError, Writer
@@ -73,7 +74,7 @@ class RecordingDiskFull(Failure):
     """The recording's disk filled up (or failed) during the run: one line naming the folder."""
 
     def __init__(self, directory: Path, problem: str, lost_requests: int = 0):
-        lost = f", {lost_requests} export(s) not recorded" if lost_requests else ""
+        lost = f", {count(lost_requests, 'export')} not recorded" if lost_requests else ""
         super().__init__(f"recording {relative(directory)} incomplete: {problem}{lost}; what was recorded "
                          f"until then is kept (free space there, then `otel-gpu report {relative(directory)}`)")
         self.directory = directory
@@ -138,7 +139,6 @@ class RecordedRun:
 
 
 def relative(path: Path) -> str:
-    try:
-        return os.path.relpath(path)
-    except ValueError:
-        return str(path)
+    """The path as a user copies it from a message: absolute ("../x.html" breaks once the shell
+    moves on; the name is kept for its callers)."""
+    return os.path.abspath(path)

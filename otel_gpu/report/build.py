@@ -17,6 +17,7 @@ from ..diagnose.model import DiagnoseError
 from ..record.reader import Recording, RecordingError
 from ..record.session import relative
 from ..record.store import DB_NAME
+from ..words import count
 from ..record.window import recorded_window
 from . import data as rd
 from .flames import flames
@@ -89,7 +90,7 @@ def summary_text(built: Built, out: Path) -> str:
     hosts = len({s["host"] for s in built.summary})
     lines = [f"otel-gpu: job {built.job or '-'}"]
     for s in built.summary:
-        lines.append(f"  {rd.rank_label(s['host'], s['rank'], hosts)}: {s['steps']:.0f} steps, "
+        lines.append(f"  {rd.rank_label(s['host'], s['rank'], hosts)}: {count(round(s['steps']), 'step')}, "
                      f"median step {fmt_median(s)}")
     if not built.summary:
         lines.append("  no training steps recorded")

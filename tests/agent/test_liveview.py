@@ -87,5 +87,5 @@ def test_the_view_fits_80x24_with_one_line_per_gpu(gpus, ifaces, ports, disks):
     assert len(rows) == min(gpus, 8)  # every shown GPU on one line, its name cut, not wrapped
     assert all("99.0%" in r and "21.0%" in r for r in rows)
     if gpus > 8:
-        assert any(f"+{gpus - 8} more GPUs" in line for line in lines)
+        assert any(line.startswith(f"+{gpus - 8} more GPU{'s' if gpus > 9 else ''}:") for line in lines)
     assert any(line.startswith("CPU user") and "load 12.5" in line for line in lines)   # one line, not wrapped

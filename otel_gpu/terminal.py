@@ -1,0 +1,165 @@
+"""Terminal output that fits the terminal it is printed on.
+
+The width is rich's own detection: the terminal's size, else the ``COLUMNS`` variable, else 80
+columns (a pipe or a file). Tables keep their columns whole and readable: a name column folds
+(down to ``TEXT_MIN`` characters), a number never wraps, and when the columns still do not fit,
+those of least priority are left out, and a line under the table says which.
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import textwrap
+from dataclasses import dataclass
+from typing import Sequence
+
+TEXT_MIN = 20          # a name column folds, but never narrower than this (characters)
+TEXT_COMFORT = 40      # names fold down to this width before headers wrap
+CELL_EXTRA = 3         # rich's default box: a rule and one space of padding each side per column
+EDGE_EXTRA = 1         # the closing rule on the right
+
+
+@dataclass(frozen=True)
+class Col:
+    """A table column: its header, priority (0: always kept; higher: left out first) and kind."""
+    header: str
+    priority: int = 0
+    text: bool = False     # a name: left-aligned and folded; else right-aligned (a number), never wrapped
+    left: bool = False     # a short label (a rank, a category): left-aligned, never wrapped
+
+
+def console(file=None, **kw):
+    """A rich Console on ``file`` (default the current stdout) at the width rich detects."""
+    from rich.console import Console
+
+    return Console(file=file or sys.stdout, highlight=False, **kw)
+
+
+def wrap_width(file=None) -> int | None:
+    """The width to wrap plain text lines at: the terminal's (rich's detection) when ``file``
+    (default stdout) is a terminal or ``COLUMNS`` is set; None for a pipe or a file, whose
+    readers (grep, scripts) get one line per item."""
+    f = file or sys.stdout
+    try:
+        tty = f.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return console(f).width if tty or os.environ.get("COLUMNS", "").strip() else None
+
+
+_LEAD = re.compile(r"\s*(?:\d+\.\s+(?:\[[a-z]+\]\s+)?|[a-z][a-z ]{0,20}:\s+)?", re.I)
+
+
+def wrap_lines(text: str, width: int | None) -> str:
+    """Each line of ``text`` wrapped at ``width`` columns under its own lead (its indent, a "1. "
+    bullet, a "label: "), a word longer than the line (a path) left whole on a line of its own so it
+    can be copied; None: ``text`` as it is."""
+    if width is None:
+        return text
+    out: list[str] = []
+    for line in text.splitlines():
+        lead = _LEAD.match(line).group(0)
+        if len(lead) > width // 2:
+            lead = lead[:len(lead) - len(lead.lstrip())]   # a long label: hang under the indent only
+        body = textwrap.wrap(line[len(lead):], max(20, width - len(lead)), break_long_words=False,
+                             break_on_hyphens=False) or [""]
+        out += [(lead if i == 0 else " " * len(lead)) + b for i, b in enumerate(body)]
+    return "\n".join(out)
+
+
+def _cell(s: str) -> int:
+    from rich.cells import cell_len
+
+    return max((cell_len(line) for line in s.splitlines()), default=0)
+
+
+def min_width(col: Col, cells: Sequence[str]) -> int:
+    """Columns a column needs: its widest header word, and its widest cell (a name: at most TEXT_MIN)."""
+    head = max((_cell(w) for w in col.header.split()), default=0)
+    widest = max((_cell(c) for c in cells), default=0)
+    return max(head, min(widest, TEXT_MIN) if col.text else widest, 1)
+
+
+def natural_width(col: Col, cells: Sequence[str]) -> int:
+    """Columns a column takes unwrapped: its whole header or its widest cell."""
+    return max(_cell(col.header), max((_cell(c) for c in cells), default=0), 1)
+
+
+def fit_columns(width: int, cols: Sequence[Col], rows: Sequence[Sequence[str]]) -> list[int]:
+    """Indices of the columns kept (in order) so that the table's minimum width fits ``width``:
+    the highest priority number is left out first, among equals the rightmost. Priority-0 columns
+    are always kept (the table may then be wider than ``width``, never narrower than readable)."""
+    need = {i: min_width(c, [r[i] for r in rows]) + CELL_EXTRA for i, c in enumerate(cols)}
+    kept = list(range(len(cols)))
+    order = sorted((i for i, c in enumerate(cols) if c.priority > 0), key=lambda i: (-cols[i].priority, -i))
+    for i in order:
+        if sum(need[k] for k in kept) + EDGE_EXTRA <= width:
+            break
+        kept.remove(i)
+    return kept
+
+
+def layout(width: int, cols: Sequence[Col], rows: Sequence[Sequence[str]]) -> tuple[list[int], list[int]]:
+    """(kept column indices, their content widths) for a table at most ``width`` columns wide where
+    it can be: every column at its natural width, then names folded down to TEXT_COMFORT, then
+    headers wrapped, then names folded further; the widest first, never below a column's minimum."""
+    kept = fit_columns(width, cols, rows)
+    cells = {i: [r[i] for r in rows] for i in kept}
+    w = {i: natural_width(cols[i], cells[i]) for i in kept}
+    low = {i: min_width(cols[i], cells[i]) for i in kept}
+    excess = sum(w.values()) + CELL_EXTRA * len(kept) + EDGE_EXTRA - width
+    names, numbers = [i for i in kept if cols[i].text], [i for i in kept if not cols[i].text]
+    for group, floor in ((names, TEXT_COMFORT), (numbers, 0), (names, 0)):
+        while excess > 0:
+            slack = [i for i in group if w[i] > max(low[i], floor)]
+            if not slack:
+                break
+            widest = max(slack, key=lambda i: (w[i], i))
+            w[widest] -= 1
+            excess -= 1
+    return kept, [w[i] for i in kept]
+
+
+class FitTable:
+    """A rich renderable: the title on its own line(s), the table at the width it is rendered at,
+    and a line naming the columns left out at that width (``note`` says where they are, e.g.
+    "all in --csv")."""
+
+    def __init__(self, title: str, cols: Sequence[Col], rows: Sequence[Sequence[str]], note: str = ""):
+        self.title, self.cols, self.rows, self.note = title, list(cols), [list(r) for r in rows], note
+
+    def __rich_console__(self, con, options):
+        from rich import box
+        from rich.table import Table
+        from rich.text import Text
+
+        width = options.max_width
+        kept, widths = layout(width, self.cols, self.rows)
+        yield Text(self.title, style="bold", overflow="fold")
+        t = Table(box=box.HEAVY_HEAD, show_lines=False)
+        for i, w in zip(kept, widths):
+            c = self.cols[i]
+            # a header wraps at its spaces, a name folds; a number is never narrower than itself
+            t.add_column(c.header, justify="left" if c.text or c.left else "right", overflow="fold", width=w)
+        for r in self.rows:
+            t.add_row(*[r[i] for i in kept])
+        yield t
+        left = [self.cols[i].header for i in range(len(self.cols)) if i not in kept]
+        if left:
+            yield Text(f"  (left out at {width} columns: " + ", ".join(left) + (f"; {self.note}" if self.note else "")
+                       + ")", style="dim", overflow="fold")
+
+
+def hang(con, lead: str, text: str, markup: bool = False) -> None:
+    """``lead`` then ``text`` wrapped at the console's width, continuation lines under the text
+    (a hanging indent); ``markup``: ``text`` holds rich markup."""
+    from rich.cells import cell_len
+    from rich.text import Text
+
+    pad = cell_len(lead)
+    body = Text.from_markup(text) if markup else Text(text)
+    lines = body.wrap(con, max(20, con.width - pad), overflow="fold")
+    for i, line in enumerate(lines):
+        line.rstrip()
+        con.print(Text(lead if i == 0 else " " * pad) + line, overflow="fold", crop=False)
