@@ -1,6 +1,11 @@
-"""Benchmark `otel-gpu tune` on the CPU ZeRO-3 workload (examples/tune/train_zero3.py, 2 ranks, gloo).
+"""Benchmark `otel-gpu tune` on the CPU ZeRO-3 workload (examples/tune/train_zero3.py, 2 ranks, gloo),
+and (--sampling) the sample efficiency of its search on a replayed objective.
 
     python bench/bench_tune.py [--trials 20] [--steps 40] [--repeats 3] [--json OUT]
+    python bench/bench_tune.py --sampling [--seeds 50] [--json OUT]
+
+--sampling: the tuner's pick after 15 trials against the best of a 40-trial random search, over
+`--seeds` seeds, on the synthetic ZeRO-3 surface of bench/tune_replay.py (seconds, no training).
 
 1. Study with pruning: `--trials` trials from LLaMA-Factory's ds_z3_config.json ("auto" resolved
    for the example's hidden size 64), scored from PromQL against a VictoriaMetrics started here.
@@ -27,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 
 from otel_gpu.promql import PromClient  # noqa: E402
 from otel_gpu.tune import config as C  # noqa: E402
@@ -118,7 +123,11 @@ def main() -> int:
     p.add_argument("--repeats", type=int, default=3, help="confirmation runs per config")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="write the figures here")
+    p.add_argument("--sampling", action="store_true", help="only the replayed sample-efficiency comparison")
+    p.add_argument("--seeds", type=int, default=50, help="--sampling: seeds per method")
     args = p.parse_args()
+    if args.sampling:
+        return sampling(args)
     work = Path(tempfile.mkdtemp(prefix="bench-tune-"))
     stop = threading.Event()
     (work / "vm").mkdir()
@@ -141,6 +150,39 @@ def main() -> int:
     print(text)
     if args.json:
         args.json.write_text(text + "\n")
+    return 0
+
+
+def sampling(args) -> int:
+    """The tuner's sampler (15 trials) against random search (40), and the alternatives measured."""
+    import optuna
+    import tune_replay as R
+
+    def tpe(multivariate: bool, startup: int):
+        return lambda seed: optuna.samplers.TPESampler(seed=seed, multivariate=multivariate, constant_liar=True,
+                                                       n_startup_trials=startup)
+
+    space, _ = R.study_space()
+    t0 = time.monotonic()
+    result = {"surface_optimum_ms": R.optimum_ms(space), "methods": {}}
+    variants = {"tuner (as shipped: queue + independent TPE, 5 start-up)": {},
+                "queue + multivariate TPE, 8 start-up (before)": {"make": tpe(True, 8)},
+                "independent TPE alone, no queue": {"with_queue": False}}
+    for name, kw in variants.items():
+        r = R.compare(seeds=args.seeds, **kw)
+        result["methods"][name] = r
+        print(f"{name}: best after 15 median {r['tuner_ms']['median']:.1f} ms (mean {r['tuner_ms']['mean']:.1f}, "
+              f"p90 {r['tuner_ms']['p90']:.1f}) | random search 40: median {r['random_long_ms']['median']:.1f} "
+              f"(mean {r['random_long_ms']['mean']:.1f}, p90 {r['random_long_ms']['p90']:.1f}) | "
+              f"random 15: median {r['random_short_ms']['median']:.1f} | at least as good as random-40 in "
+              f"{r['tuner_at_least_as_good_share'] * 100:.0f}% of seeds | ratio of medians "
+              f"{r['median_ratio_random_long_over_tuner']:.3f}", flush=True)
+    result["baseline_ms"] = next(iter(result["methods"].values()))["baseline_ms"]
+    result["seconds"] = time.monotonic() - t0
+    print(f"baseline {result['baseline_ms']:.1f} ms, surface optimum {result['surface_optimum_ms']:.1f} ms, "
+          f"{args.seeds} seeds, {result['seconds']:.0f} s")
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0
 
 

@@ -59,12 +59,22 @@ def register(sub) -> None:
     g.add_argument("--otlp", type=url_type(), metavar="URL", help="OTEL_EXPORTER_OTLP_ENDPOINT for the trials (else inherited)")
     g.add_argument("--no-instrument", action="store_true",
                    help="do not add the `otel-gpu run` hooks (the command instruments itself)")
+    g.add_argument("--node-agent", dest="node_agent", action="store_true", default=None,
+                   help="run the node agent (`otel-gpu agent`) beside each trial, exporting with the trial's id "
+                        "(default: on when trials record themselves, i.e. without --prometheus)")
+    g.add_argument("--no-node-agent", dest="node_agent", action="store_false",
+                   help="never start a node agent (the evidence then comes from one you run, or says why not)")
+    g.add_argument("--node-agent-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for that agent (repeatable), e.g. --node-agent-arg=--no-gpu")
     g.add_argument("--export-interval", type=bounded_int(10, 3_600_000), default=1000, metavar="MS",
                    help="OTEL_METRIC_EXPORT_INTERVAL for trials that do not set one (default 1000)")
     g.add_argument("--no-deepspeed-check", action="store_true", help="skip DeepSpeed's own config model check")
     g.add_argument("--prebuild-ops", type=_op_names, default=(), metavar="NAMES",
                    help="DeepSpeed op builders to build once before the first trial, comma-separated "
                         "(e.g. CPUAdamBuilder), so no trial is killed in a first JIT build")
+    p.add_argument("--baseline-runs", type=bounded_int(1, 10), default=2, metavar="N",
+                   help="run the baseline N times (the second after the known-good settings) to measure noise, "
+                        "when --trials leaves at least two sampled trials besides (default 2)")
     p.add_argument("--seed", type=bounded_int(0, 2**32 - 1), help="sampler seed")
     p.add_argument("--report-only", action="store_true", help="write the report and best config of an existing study")
     p.set_defaults(func=run)
@@ -90,6 +100,7 @@ def _settings(args):
         hidden = args.hidden_size or (C.hidden_size_from_model(args.model) if args.model else None)
     except (SpaceError, C.ConfigError) as exc:
         raise UsageError(str(exc)) from None
+    node_agent = _node_agent(args)
     name = args.study_name or default_study_name(args.base_config)
     out = args.out or Path("otel-gpu-tune") / name
     facts = C.Facts(hidden, args.micro_batch, args.grad_accum, args.world_size, args.max_grad_norm, args.precision)
@@ -101,7 +112,30 @@ def _settings(args):
         max_memory_bytes=args.max_gpu_memory * 2**30 if args.max_gpu_memory else None,
         instrument=not args.no_instrument and (not args.prometheus or bool(args.otlp or _otlp_set(os.environ))),
         export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,
-        seed=args.seed, deepspeed_check=not args.no_deepspeed_check, prebuild_ops=args.prebuild_ops)
+        seed=args.seed, deepspeed_check=not args.no_deepspeed_check, prebuild_ops=args.prebuild_ops,
+        node_agent=node_agent, node_agent_args=tuple(args.node_agent_arg), baseline_runs=args.baseline_runs)
+
+
+def _node_agent(args) -> bool:
+    """Whether each trial gets its own node agent; UsageError where its readings could go nowhere."""
+    from ..errors import UsageError
+
+    records = not args.prometheus and not args.no_instrument
+    exports = bool(args.otlp or _otlp_set(os.environ))
+    enabled = records if args.node_agent is None else args.node_agent
+    if enabled and not (records or exports):
+        raise UsageError("--node-agent: its readings would go nowhere (no recording with --no-instrument; "
+                         "give --otlp, or drop --no-instrument)")
+    if args.node_agent_arg:
+        if not enabled:
+            raise UsageError("--node-agent-arg needs a node agent (--node-agent; it is off with --no-node-agent "
+                             "and by default with --prometheus)")
+        from ..run_cli import check_agent_args
+        try:   # a bad flag: exit 2 now, not a study without evidence
+            check_agent_args(args.node_agent_arg, os.environ)
+        except UsageError as exc:
+            raise UsageError(f"--node-agent-arg: {str(exc).removeprefix('--agent-arg: ')}") from None
+    return enabled
 
 
 def _op_names(text: str) -> tuple[str, ...]:
@@ -134,7 +168,8 @@ def _objective(args):
     except PromError as exc:   # the server is down or answers nonsense: a runtime failure
         raise Failure(str(exc)) from None
     fresh = 1.0 + 2 * args.export_interval / 1000     # the ranks' last export is at their exit
-    return PromObjective(client, args.warmup_steps, args.evidence_selector, settle_s=args.settle, fresh_s=fresh)
+    return PromObjective(client, args.warmup_steps, args.evidence_selector, settle_s=args.settle, fresh_s=fresh,
+                         trial_agent=_node_agent(args))
 
 
 class Progress:
@@ -161,8 +196,9 @@ class Progress:
         self.durations.append(time.monotonic() - self.started)
         done = self.tuner.counted()
         best = self.tuner.best()
-        base = next((x.step_time_s for x in self.tuner.records + [r] if x.role == "baseline" and x.status == "ok"), None)
-        change = fmt_change((base - r.step_time_s) / base) if base and r.step_time_s and r.status == "ok" else ""
+        runs = [x.step_time_s for x in self.tuner.records + [r] if x.role == "baseline" and x.status == "ok" and x.step_time_s]
+        base = sum(runs) / len(runs) if runs else None
+        change = ("vs baseline " + fmt_change(r.step_time_s / base - 1)) if base and r.step_time_s and r.status == "ok" else ""
         left = max(0, total - done) * (sum(self.durations) / len(self.durations))
         colour = {"ok": "green", "pruned": "yellow"}.get(r.status, "red")
         self.console.print(

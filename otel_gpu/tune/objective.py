@@ -6,8 +6,8 @@ marks the start of the steady window; per rank, mean = delta sum / delta count; 
 step time is its slowest rank's. Completeness: every rank reported, and enough steady steps.
 Without Prometheus: the same from the training log (`trainer_log.jsonl` of the Hugging Face /
 LLaMA-Factory callbacks, or tqdm `s/it` progress lines).
-Evidence for the report (SM activity, interconnect, GPU memory) comes from the node agent's
-metrics over the trial's steady window.
+Evidence for the report (GPU activity, interconnect, GPU memory, host, collective time per step)
+comes from the node agent's and the ranks' metrics over the trial's steady window (`evidence.py`).
 """
 from __future__ import annotations
 
@@ -21,25 +21,15 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import names
+from . import evidence as E
+from .evidence import COLLECTIVES, COLUMNS, NOT_CHECKED
 from .trial import LOG_NAME, TRIAL_LABEL
 
 STEP_METRIC = names.TRAIN_STEP_DURATION.prometheus_name()     # otelgpu_train_step_duration_seconds
 RANK_LABEL, WORLD_LABEL = names.RANK.replace(".", "_"), names.WORLD_SIZE.replace(".", "_")
 
 
-def _prom(spec) -> str:
-    return spec.prometheus_name()
-
-
-# Evidence: PromQL over the steady window; {sel} is the user's extra selector, {w} the window.
-EVIDENCE = {
-    "sm_activity": f"avg(avg_over_time({_prom(names.GPU_SM_ACTIVITY)}{{sel}}[{{w}}]))",
-    "gpu_utilization": f"avg(avg_over_time({_prom(names.GPU_UTILIZATION)}{{sel}}[{{w}}]))",
-    "nvlink_bytes_per_s": f"sum(rate({_prom(names.GPU_NVLINK_IO)}{{sel}}[{{w}}]))",
-    "ib_bytes_per_s": f"sum(rate({_prom(names.IB_IO)}{{sel}}[{{w}}]))",
-    "gpu_memory_peak_bytes": f"max(max_over_time({_prom(names.GPU_MEMORY_USAGE)}{{sel}}[{{w}}]))",
-}
-MEMORY_KEY = "gpu_memory_peak_bytes"
+from .evidence import MEMORY_KEY  # noqa: E402,F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -211,8 +201,10 @@ class LogObjective:
     def final(self, trial_id: str, directory: Path, start: float, end: float, min_steps: int) -> StepStats:
         return self.measure(trial_id, directory, start, end)
 
-    def evidence(self, stats: StepStats) -> dict[str, float | None]:
-        return {}
+    def evidence(self, stats: StepStats, trial_id: str = "", directory: Path | None = None) -> dict:
+        """Nothing was exported: the reasons only."""
+        why = "not checked: scored from the training log (--no-instrument without --prometheus): nothing recorded"
+        return {NOT_CHECKED: {k: why for k in (*(c[0] for c in COLUMNS), COLLECTIVES)}}
 
 
 class PromObjective:
@@ -221,8 +213,9 @@ class PromObjective:
     name = "prometheus"
 
     def __init__(self, client, warmup: int, selector: str = "", settle_s: float = 15.0, fresh_s: float = 5.0,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, trial_agent: bool = False):
         self.client, self.warmup, self.settle_s, self.fresh_s, self._sleep = client, warmup, settle_s, fresh_s, sleep
+        self.trial_agent = trial_agent
         self.selector = "{" + selector.strip().strip("{}") + "}" if selector.strip() else ""
 
     def query_for(self, trial_id: str, seconds: float) -> str:
@@ -245,18 +238,16 @@ class PromObjective:
                 return stats
             self._sleep(0.5)
 
-    def evidence(self, stats: StepStats) -> dict[str, float | None]:
-        """Node-agent readings over the steady window (None where the metric is absent)."""
+    def evidence(self, stats: StepStats, trial_id: str = "", directory: Path | None = None) -> dict:
+        """Node-agent readings and collective time per step over the steady window (`evidence.py`);
+        with `trial_agent` (the tuner ran the trial's own node agent) only that agent's readings."""
         if not stats.window:
             return {}
-        t0, t1 = stats.window
-        w = f"{max(1, math.ceil(t1 - t0))}s"
-        out: dict[str, float | None] = {}
-        for key, template in EVIDENCE.items():
-            result = self.client.query(template.replace("{sel}", self.selector).replace("{w}", w), time=t1)
-            value = result[0].value if result else None
-            out[key] = None if value is None or math.isnan(value) else value
-        return out
+        node = self.selector.strip("{}")
+        trial = f'{TRIAL_LABEL}="{_escape(trial_id)}"'
+        if self.trial_agent and trial_id:
+            node = ",".join(filter(None, [node, trial]))
+        return E.from_prometheus(lambda q, at: self.client.query(q, time=at), node, trial, *stats.window)
 
 
 def _escape(value: str) -> str:

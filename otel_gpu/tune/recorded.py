@@ -16,7 +16,8 @@ from typing import Mapping
 from .. import names
 from ..record.reader import Recording, RecordingError
 from ..record.session import RecordedRun
-from .objective import MEMORY_KEY, NONE, LogObjective, StepStats, steady_from_histogram
+from . import evidence as E
+from .objective import NONE, LogObjective, StepStats, steady_from_histogram
 
 log = logging.getLogger("otel_gpu.tune")
 RECORDING = "recording"
@@ -89,22 +90,10 @@ class RecordingObjective:
         logged = LogObjective(self.warmup).final(trial_id, directory, start, end, min_steps)
         return logged if logged.problem(min_steps) is None else stats
 
-    def evidence(self, stats: StepStats) -> dict[str, float | None]:
-        """Node-agent readings over the steady window, as `PromObjective.evidence` reports them."""
+    def evidence(self, stats: StepStats, trial_id: str = "", directory: Path | None = None) -> dict:
+        """Node-agent readings and collective time per step over the steady window (`evidence.py`)."""
         path = self._where.get(stats.window) if stats.window else None
         if path is None:
             return {}
-        t0, t1 = stats.window
         with Recording.open([path]) as rec:
-            def mean_of(spec):
-                vals = [st.mean for _, st in rec.summaries(spec.name, t0, t1)]
-                return sum(vals) / len(vals) if vals else None
-
-            def rate_of(spec):
-                rates = [st.rate for _, st in rec.summaries(spec.name, t0, t1) if st.rate is not None]
-                return sum(rates) if rates else None
-
-            peaks = [st.max for _, st in rec.summaries(names.GPU_MEMORY_USAGE.name, t0, t1)]
-            return {"sm_activity": mean_of(names.GPU_SM_ACTIVITY), "gpu_utilization": mean_of(names.GPU_UTILIZATION),
-                   "nvlink_bytes_per_s": rate_of(names.GPU_NVLINK_IO), "ib_bytes_per_s": rate_of(names.IB_IO),
-                   MEMORY_KEY: max(peaks) if peaks else None}
+            return E.from_recording(rec, *stats.window, agent_note=E.agent_note(path))

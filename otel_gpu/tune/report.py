@@ -1,5 +1,10 @@
 """The tuning report: every trial, its parameters, status, step time, change against the baseline,
-the node-agent evidence over its steady window, and parameter importances (terminal and Markdown).
+the node-agent evidence over its steady window, the winner explained against the baseline with that
+evidence, how sure the result is (noise between the baseline's repeated runs), and parameter
+importances (terminal and Markdown).
+
+Direction is always spelled out: a change is in step time ("step time -27.9%": less time per step)
+together with the speed ratio ("1.39x faster").
 
 Built from the study storage alone, so any node (or a later `--report-only`) can write it.
 """
@@ -16,15 +21,11 @@ from optuna.trial import TrialState
 
 from .. import output
 from . import config as C
-from .study import BASELINE
+from . import evidence as E
+from . import explain
+from .sampler import BASELINE, REPEAT
 
-EVIDENCE_COLUMNS = (   # key, header, scale, format
-    ("sm_activity", "SM activity", 100, "{:.0f}%"),
-    ("gpu_utilization", "GPU util", 100, "{:.0f}%"),
-    ("nvlink_bytes_per_s", "NVLink GiB/s", 1 / 2**30, "{:.2f}"),
-    ("ib_bytes_per_s", "IB GiB/s", 1 / 2**30, "{:.2f}"),
-    ("gpu_memory_peak_bytes", "GPU mem peak GiB", 1 / 2**30, "{:.1f}"),
-)
+EVIDENCE_COLUMNS = tuple((key, header, scale, form) for key, header, scale, form, _ in E.COLUMNS)
 
 
 @dataclass
@@ -37,8 +38,9 @@ class Row:
     seconds: float | None
     params: dict
     evidence: dict = field(default_factory=dict)
-    vs_baseline: float | None = None       # fraction faster than the baseline (0.2 = 20% less step time)
+    vs_baseline: float | None = None       # change in step time against the baseline: -0.2 = 20% less time per step
     overhead_s: float | None = None
+    repeat: int = 0                        # a baseline run after the first: 1, 2, ...
 
 
 def rows(study: optuna.Study) -> list[Row]:
@@ -49,17 +51,41 @@ def rows(study: optuna.Study) -> list[Row]:
         a = t.user_attrs
         status = a.get("status") or ("running" if t.state == TrialState.RUNNING else t.state.name.lower())
         out.append(Row(t.number, a.get("role", "sampled"), status, a.get("reason", ""), a.get("step_time_s"),
-                       a.get("seconds"), dict(t.params), a.get("evidence") or {}, overhead_s=a.get("overhead_s")))
+                       a.get("seconds"), dict(t.params), a.get("evidence") or {}, overhead_s=a.get("overhead_s"),
+                       repeat=int(a.get(REPEAT) or 0)))
     base = baseline_time(out)
     for r in out:
         if base and r.step_time_s and r.status == "ok":
-            r.vs_baseline = (base - r.step_time_s) / base
+            r.vs_baseline = change(r.step_time_s, base)
     return out
 
 
+def change(value: float, base: float) -> float:
+    """Relative change of a step time against the baseline's: -0.2 = 20% less time per step."""
+    return value / base - 1.0
+
+
+def baseline_runs(all_rows: list[Row]) -> list[Row]:
+    return [r for r in all_rows if r.role == BASELINE and r.status == "ok" and r.step_time_s]
+
+
 def baseline_time(all_rows: list[Row]) -> float | None:
-    times = [r.step_time_s for r in all_rows if r.role == BASELINE and r.status == "ok" and r.step_time_s]
-    return times[0] if times else None
+    """The baseline's step time: the mean of its completed runs."""
+    times = [r.step_time_s for r in baseline_runs(all_rows)]
+    return sum(times) / len(times) if times else None
+
+
+def noise(all_rows: list[Row]) -> tuple[float | None, str]:
+    """(spread, sentence): the baseline runs' spread, (max - min) / mean of their step times, or
+    None with why it is not measured."""
+    times = [r.step_time_s for r in baseline_runs(all_rows)]
+    if len(times) < 2:
+        return None, (f"noise not measured: only {len(times)} baseline run completed (a repeat runs when "
+                      "--trials leaves room for it; see --baseline-runs)")
+    mean = sum(times) / len(times)
+    spread = (max(times) - min(times)) / mean
+    return spread, (f"noise: the {len(times)} baseline runs differ by {spread * 100:.1f}% "
+                    f"({', '.join(fmt_seconds(t) for t in times)})")
 
 
 def best(all_rows: list[Row]) -> Row | None:
@@ -97,7 +123,14 @@ def fmt_seconds(value: float | None) -> str:
 
 
 def fmt_change(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:+.1f}%"
+    """A step-time change with its direction in words: '-27.9% (1.39x faster)'."""
+    if value is None or not math.isfinite(value) or value <= -1.0:
+        return "-"
+    ratio = 1.0 / (1.0 + value)
+    if abs(value) < 0.0005:
+        return "+0.0% (same speed)"
+    words = f"{ratio:.2f}x faster" if ratio >= 1 else f"{1 / ratio:.2f}x slower"
+    return f"{value * 100:+.1f}% ({words})"
 
 
 def changed_params(row: Row, base: dict) -> str:
@@ -111,7 +144,39 @@ def _evidence_cells(row: Row) -> list[str]:
     for key, _, scale, form in EVIDENCE_COLUMNS:
         value = row.evidence.get(key)
         cells.append("n/a" if value is None else form.format(value * scale))
-    return cells
+    return cells + [fmt_collectives(row.evidence)]
+
+
+def fmt_collectives(evidence: dict) -> str:
+    """'all_gather 12.31, reduce_scatter 4.02' (ms per step), or n/a."""
+    kinds = evidence.get(E.COLLECTIVES) or {}
+    return ", ".join(f"{k} {v * 1000:.2f}" for k, v in kinds.items()) if kinds else "n/a"
+
+
+def not_checked_lines(all_rows: list[Row]) -> list[str]:
+    """One line per evidence column and reason: which trials show n/a, and why."""
+    headers = {key: header for key, header, *_ in E.COLUMNS} | {E.COLLECTIVES: "collective ms/step"}
+    by: dict[tuple[str, str], list[int]] = {}
+    for r in all_rows:
+        if not r.evidence:
+            continue
+        for key, why in (r.evidence.get(E.NOT_CHECKED) or {}).items():
+            by.setdefault((key, why), []).append(r.number)
+        if r.evidence.get("node_agent"):
+            by.setdefault(("node agent", r.evidence["node_agent"]), []).append(r.number)
+    return [f"- {headers.get(key, key)}: n/a in trial(s) {_numbers(ns)}: {why}" for (key, why), ns in by.items()]
+
+
+def _numbers(ns: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2, 5'."""
+    out, start = [], None
+    for i, n in enumerate(ns):
+        if start is None:
+            start = n
+        if i + 1 == len(ns) or ns[i + 1] != n + 1:
+            out.append(str(start) if start == n else f"{start}-{n}")
+            start = None
+    return ", ".join(out)
 
 
 def trial_report(study: optuna.Study, number: int, out: Path | None) -> str | None:
@@ -133,34 +198,46 @@ def markdown(study: optuna.Study, title: str = "otel-gpu tune report", out: Path
              f"- base config: `{attrs.get('base_config', '?')}` (sha256 `{str(attrs.get('base_config_sha256', ''))[:12]}`)",
              f"- command: `{attrs.get('command', '?')}`"]
     base_t = baseline_time(all_rows)
-    lines.append(f"- baseline step time: {fmt_seconds(base_t)}" if base_t else "- baseline: not measured")
+    runs = baseline_runs(all_rows)
+    spread, said = noise(all_rows)
+    lines.append(f"- baseline step time: {fmt_seconds(base_t)}" + (f" (mean of {len(runs)} runs)" if len(runs) > 1 else "")
+                 if base_t else "- baseline: not measured")
     if top:
-        lines.append(f"- best: trial {top.number}, {fmt_seconds(top.step_time_s)} "
-                     f"({fmt_change(top.vs_baseline)} against the baseline): {changed_params(top, base_params)}")
+        lines.append(f"- best: trial {top.number}, {fmt_seconds(top.step_time_s)}: step time "
+                     f"{fmt_change(top.vs_baseline)} against the baseline; {changed_params(top, base_params)}")
+    lines.append(f"- {said}")
     counts: dict[str, int] = {}
     for r in all_rows:
         counts[r.status] = counts.get(r.status, 0) + 1
     lines += [f"- trials: {len(all_rows)} (" + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")", ""]
     names = list(base_params) or sorted({k for r in all_rows for k in r.params})
-    header = ["trial", "role", "status", "step time", "vs baseline", "wall s"] + names + \
-             [h for _, h, _, _ in EVIDENCE_COLUMNS] + ["reason"]
+    header = ["trial", "role", "status", "step time", "step time vs baseline", "wall s"] + names + \
+             [h for _, h, _, _ in EVIDENCE_COLUMNS] + ["collective ms/step", "reason"]
+    if top and base_t:
+        lines += explain.winner_section(runs, top, base_t, spread, base_params, fmt_value, fmt_seconds, fmt_change)
     lines += ["## Trials", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for r in all_rows:
         link = trial_report(study, r.number, out)
-        cells = [f"[{r.number}]({link})" if link else str(r.number), r.role, f"**{r.status}**" if r is top else r.status, fmt_seconds(r.step_time_s),
+        role = f"{r.role} (repeat {r.repeat})" if r.repeat else r.role
+        cells = [f"[{r.number}]({link})" if link else str(r.number), role, f"**{r.status}**" if r is top else r.status, fmt_seconds(r.step_time_s),
                  fmt_change(r.vs_baseline), f"{r.seconds:.1f}" if r.seconds else "-"]
         cells += [fmt_value(r.params[n]) if n in r.params else "-" for n in names]
         cells += _evidence_cells(r) + [r.reason.replace("|", "\\|") if r.status != "ok" else ""]
         lines.append("| " + " | ".join(cells) + " |")
+    missing = not_checked_lines(all_rows)
+    if missing:
+        lines += ["", "Evidence shown as n/a, and why:", ""] + missing
     imp = importances(study)
     lines += ["", "## Parameter importances", ""]
     if isinstance(imp, str):
         lines.append(f"Not computed: {imp}.")
     else:
         lines += ["| parameter | importance |", "|---|---|"] + [f"| {k} | {v:.3f} |" for k, v in imp.items()]
-    lines += ["", "Step time: steady-state mean per optimizer step of the slowest rank, warm-up steps excluded. "
-              "Evidence: node-agent readings over each trial's steady window (n/a: not exported, e.g. no GPU). "
-              "A linked trial number opens that trial's own report (scored from its recording).", ""]
+    lines += ["", "Step time: steady-state mean per optimizer step of the slowest rank, warm-up steps excluded; "
+              "'step time -20.0% (1.25x faster)' is 20% less time per step than the baseline (the mean of its runs). "
+              "Evidence: node-agent readings over each trial's steady window, and the ranks' collective time per "
+              "optimizer step by kind (mean over ranks). A linked trial number opens that trial's own report "
+              "(scored from its recording).", ""]
     return "\n".join(lines)
 
 
@@ -172,7 +249,7 @@ def terminal_table(study: optuna.Study):
     base_params = base_row.params if base_row else {}
     top = best(all_rows)
     table = Table(title=f"otel-gpu tune: {study.study_name}")
-    for col in ("trial", "role", "status", "step time", "vs baseline", "wall s", "changed vs baseline / reason"):
+    for col in ("trial", "role", "status", "step time", "step time vs baseline", "wall s", "changed vs baseline / reason"):
         table.add_column(col, overflow="fold")
     for r in all_rows:
         detail = changed_params(r, base_params) if r.status == "ok" else r.reason

@@ -26,10 +26,12 @@ from optuna.trial import TrialState
 from . import config as C
 from . import extensions as X
 from . import trial as T
-from .objective import MEMORY_KEY, StepStats
+from . import evidence as E
+from .node_agent import NodeAgent, agent_env
+from .objective import StepStats
+from .sampler import BASELINE, REPEAT, SAMPLED, SEED, baseline_values, make_sampler, queued_trials  # noqa: F401
 from .space import Space
 
-BASELINE, SEED, SAMPLED = "baseline", "seed", "sampled"
 HEARTBEAT_S = 30.0
 
 
@@ -63,6 +65,9 @@ class Settings:
     deepspeed_check: bool = True
     stale_after_s: float = 300.0
     prebuild_ops: tuple[str, ...] = ()      # DeepSpeed op builder names to build before the first trial
+    node_agent: bool = False                # run `otel-gpu agent` beside each trial, exporting where it does
+    node_agent_args: tuple[str, ...] = ()   # extra flags for that agent
+    baseline_runs: int = 2                  # times the baseline runs (noise), when the budget allows
 
 
 @dataclass
@@ -147,12 +152,7 @@ class Tuner:
         if (base.get("zero_optimization") or {}).get("stage") != 3:
             raise TuneError(f"{s.base_config}: zero_optimization.stage is not 3; this tuner tunes ZeRO stage 3")
         self.base = C.resolve_auto(base, s.facts)
-        values = s.space.values_in(self.base)
-        for p in s.space.params:               # extensions DeepSpeed knows a default for
-            if p.name not in values and len(p.path) == 2 and p.path[0] == "zero_optimization":
-                default = C.deepspeed_default(p.path[1])
-                if default is not None:
-                    values[p.name] = default
+        values = baseline_values(s.space, self.base)
         unresolved = [p.name for p in s.space.params if values.get(p.name) in (None, C.AUTO)]
         if unresolved:
             raise TuneError(f"{unresolved[0]} is tuned but {_why_missing(unresolved[0])}")
@@ -170,8 +170,7 @@ class Tuner:
         s.out.mkdir(parents=True, exist_ok=True)
         if s.storage.startswith("sqlite:///"):
             Path(s.storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        sampler = optuna.samplers.TPESampler(seed=s.seed, multivariate=True, constant_liar=True,
-                                             n_startup_trials=8)
+        sampler = make_sampler(s.seed)
         identity = {"base_config_sha256": hashlib.sha256(raw).hexdigest(), "command": s.command}
         with storage_lock(s.storage):
             self.study = optuna.create_study(storage=open_storage(s.storage), study_name=s.study_name,
@@ -215,9 +214,8 @@ class Tuner:
             for k, v in {**identity, "resolved_base": self.base, "base_config": str(s.base_config),
                          "out": str(s.out.resolve())}.items():
                 self.study.set_user_attr(k, v)
-            self.study.enqueue_trial(values, user_attrs={"role": BASELINE}, skip_if_exists=True)
-            for seed in self.space.seeds(values):
-                self.study.enqueue_trial(seed, user_attrs={"role": SEED}, skip_if_exists=True)
+            for params, attrs in queued_trials(self.space, values, s.trials, s.baseline_runs):
+                self.study.enqueue_trial(params, user_attrs=attrs, skip_if_exists=REPEAT not in attrs)
         else:
             for k, v in identity.items():
                 if attrs.get(k) != v:
@@ -330,14 +328,19 @@ class Tuner:
             if prepare is not None:
                 env = prepare(trial_id, directory, env)
             (directory / "command.txt").write_text(command + "\n")
+            agent = None
+            if s.node_agent:
+                log_dir = directory / "recording" if (directory / "recording").is_dir() else directory
+                agent = NodeAgent(agent_env(env, self.env), log_dir / E.AGENT_LOG, s.node_agent_args)
             added = {k: v for k, v in env.items() if self.env.get(k) != v}
             C.write_json(directory / "env.json", added, exclusive=True)
-            record = self._launch(trial, record, command, env, directory, t0)
+            record = self._launch(trial, record, command, env, directory, t0, agent)
         else:
             record.overhead_s = time.monotonic() - t0
         return self._finish(trial, record)
 
-    def _launch(self, trial, record: Record, command: str, env: dict, directory: Path, t0: float) -> Record:
+    def _launch(self, trial, record: Record, command: str, env: dict, directory: Path, t0: float,
+                agent: NodeAgent | None = None) -> Record:
         s, storage, tid = self.s, self.study._storage, trial._trial_id
         best = self.best()
         plan = T.TrialPlan(trial.number, record.trial_id, directory, command, env, s.timeout_s, s.grace_s)
@@ -354,7 +357,9 @@ class Tuner:
             if now - state["beat"] >= HEARTBEAT_S:
                 state["beat"] = now
                 storage.set_trial_user_attr(tid, "heartbeat", time.time())
-            if not s.prune or best is None or now - state["query"] < s.poll_s:
+            if not s.prune or best is None or record.role == BASELINE or now - state["query"] < s.poll_s:
+                # baseline runs are never pruned: every result is measured against them, and their
+                # repeats measure the noise
                 return None
             state["query"] = now
             try:
@@ -373,9 +378,13 @@ class Tuner:
         def on_timeout(pgid: int) -> None:
             state["stuck_on"] = self._stuck_on(pgid)
 
+        if agent is not None:
+            agent.start()           # before the trial (and its leftover tracking) starts
         try:
             run = T.run_trial(plan, monitor, poll_s=min(1.0, s.poll_s), on_start=on_start, on_timeout=on_timeout)
         finally:
+            if agent is not None:   # its last export lands before the trial's recorder closes
+                agent.stop()
             close = getattr(self.objective, "close", None)      # a recording objective: stop its recorder
             if close is not None:
                 close(record.trial_id)
@@ -396,7 +405,12 @@ class Tuner:
                     stats.step_time_s, stats.steady_steps, stats.total_steps)
                 if run.status == T.TIMEOUT and stats.total_steps:
                     record.reason += f" ({stats.total_steps} steps done)"
-                record.evidence = self.objective.evidence(stats) if stats.window else {}
+                record.evidence = self.objective.evidence(stats, record.trial_id, directory) if stats.window else {}
+                if not record.evidence:
+                    why = f"not checked: no steady window in the metrics (scored from the {stats.source})"
+                    record.evidence = {E.NOT_CHECKED: {k: why for k in (*(c[0] for c in E.COLUMNS), E.COLLECTIVES)}}
+                if agent is not None and agent.problem:
+                    record.evidence["node_agent"] = agent.problem
         except Exception as exc:    # the backend failed at scoring: the trial cannot be judged
             if record.status == T.OK:
                 record.status = T.INCOMPLETE
@@ -406,7 +420,7 @@ class Tuner:
             record.reason = T.startup_hang_reason(s.timeout_s, state.get("stuck_on"), run.log_tail)
         if cleaned and record.status != T.OK:
             record.reason += f"; removed the half-built torch extension(s) it left: {', '.join(p.name for p in cleaned)}"
-        peak = record.evidence.get(MEMORY_KEY)
+        peak = record.evidence.get(E.MEMORY_KEY)
         if record.status == T.OK and s.max_memory_bytes and peak is not None and peak > s.max_memory_bytes:
             record.status = T.OVER_MEMORY
             record.reason = f"peak GPU memory {peak / 2**30:.2f} GiB over the {s.max_memory_bytes / 2**30:.2f} GiB limit"

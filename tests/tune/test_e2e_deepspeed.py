@@ -12,6 +12,7 @@ import time
 
 import optuna
 import pytest
+import sqlalchemy
 
 from otel_gpu.promql import PromClient
 from otel_gpu.tune import trial as T
@@ -42,7 +43,7 @@ def _wait_running(db, number, timeout=240):
         if db.exists():
             try:
                 trials = optuna.load_study(study_name="z3", storage=storage_url(db)).get_trials(deepcopy=False)
-            except KeyError:
+            except (KeyError, sqlalchemy.exc.OperationalError):   # the tuner is still creating the tables
                 trials = []
             if len(trials) > number and trials[number].state == optuna.trial.TrialState.RUNNING \
                     and trials[number].user_attrs.get("pgid"):
