@@ -4,9 +4,18 @@
 
 A step is one training batch (`on_train_batch_start` .. `on_train_batch_end`), with
 forward (batch start .. before backward), backward, optimizer (before optimizer
-step .. batch end), eval (validation), checkpoint (`trainer.save_checkpoint`, wrapped
-at fit start); samples are the batch's leading dimension. Works with `lightning`
-and with the older `pytorch_lightning` package.
+step .. batch end), eval (a validation pass: the fit loop's validation `run`, wrapped at
+fit start, so the first batch of a validation set with no length, which Lightning fetches
+ahead before `on_validation_start`, is eval and not data_wait; `on_validation_start` ..
+`on_validation_end` for `trainer.validate`),
+checkpoint (`trainer.save_checkpoint`, wrapped at fit start); samples are the batch's
+leading dimension. Validation runs between training batches, so it is never step time.
+
+The sanity check (`num_sanity_val_steps` batches of validation before the first training
+batch) is set-up, like building the model: it is held as an eval pass that counts nowhere
+(no step, no phase seconds, no collective wait), so that none of its parts (its batches,
+its forwards through DDP, its metric all-reduce) is taken for data_wait or forward either.
+Works with `lightning` and with the older `pytorch_lightning` package.
 """
 from __future__ import annotations
 
@@ -38,6 +47,19 @@ class _Hooks:
 
     def on_fit_start(self, trainer, pl_module):
         phase_method(trainer, "save_checkpoint", "checkpoint")
+        val_loop = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "val_loop", None)
+        if val_loop is not None:
+            phase_method(val_loop, "run", "eval")
+
+    def on_sanity_check_start(self, trainer, pl_module):
+        t = session.timer()
+        if t is not None:
+            t.enter("eval", counted=False)
+
+    def on_sanity_check_end(self, trainer, pl_module):
+        t = session.timer()
+        if t is not None:
+            t.exit("eval")
 
     def on_train_start(self, trainer, pl_module):
         t = session.timer()

@@ -83,6 +83,7 @@ class _Frame:
     depth: int = 0      # re-entries of the same phase (DeepSpeed inside the HF Trainer)
     waiting: int = 0    # collective waits open on this frame (nested ones count once): its own time is paused
     start: float = 0.0  # perf_counter when the phase was entered (its wall time, nested phases included)
+    counted: bool = True  # False: held open so hooks keep out, its seconds and waits counted nowhere (set-up)
 
 
 class _Thread:
@@ -187,7 +188,8 @@ class Timer:
                     top.resumed = now
                     top.acc = max(0.0, top.acc - (seconds - own))
                 st.gen += 1
-                self.sink.collective(kind, top.name, seconds)
+                if top.counted:
+                    self.sink.collective(kind, top.name, seconds)
             elif self._step_start is not None:
                 self.sink.collective(kind, "", seconds)
         except Exception as exc:  # never let our bug reach the training loop
@@ -233,7 +235,8 @@ class Timer:
                 st.gen += 1
             if kind is not None:
                 if top is not None:
-                    self.sink.collective(kind, top.name, before + seconds)
+                    if top.counted:
+                        self.sink.collective(kind, top.name, before + seconds)
                 elif self._step_start is not None:
                     self.sink.collective(kind, "", before + seconds)
             return seconds
@@ -267,7 +270,9 @@ class Timer:
         return st.stack[-1].name if st is not None and st.stack else None
 
     @_guarded
-    def enter(self, name: str) -> None:
+    def enter(self, name: str, counted: bool = True) -> None:
+        """Open phase `name` on this thread; `counted=False`: a set-up pass (Lightning's sanity check) held
+        as that phase so that no hook takes its parts for another, its seconds and waits counted nowhere."""
         st = getattr(self._local, "st", None) or self._state()
         stack = st.stack
         if stack and stack[-1].name == name:
@@ -279,7 +284,7 @@ class Timer:
             top = stack[-1]
             if not top.waiting:
                 top.acc += now - top.resumed
-        stack.append(_Frame(name, now, start=now))
+        stack.append(_Frame(name, now, start=now, counted=counted))
         st.gen += 1
         if name == "checkpoint":
             self.sink.checkpoint("start")
@@ -300,14 +305,16 @@ class Timer:
         now = self.clock()
         seconds = top.acc + (now - top.resumed if not top.waiting else 0.0)
         stack.pop()
-        st.closed[name] = st.closed.get(name, 0.0) + seconds
+        if top.counted:
+            st.closed[name] = st.closed.get(name, 0.0) + seconds
         if name == "eval" and self._step_start is not None and self._step_thread == threading.get_ident():
             self._step_start += min(now - top.start, now - self._step_start)   # evaluation is not step time
         parent = stack[-1] if stack else None
         if parent is not None:
             parent.resumed = now
         st.gen += 1
-        self.sink.phase(name, seconds)
+        if top.counted:
+            self.sink.phase(name, seconds)
         if name == "checkpoint":
             self.sink.checkpoint("end")
         if self.listener is not None:
@@ -364,6 +371,8 @@ class Timer:
                     totals[name] = totals.get(name, 0.0) + value
                 stack = list(st.stack)
                 for i, f in enumerate(stack):
+                    if not f.counted:
+                        continue
                     open_s = f.acc + (now - f.resumed if i == len(stack) - 1 and not f.waiting else 0.0)
                     totals[f.name] = totals.get(f.name, 0.0) + max(open_s, 0.0)
             if [st.gen for st in threads] != gens:
