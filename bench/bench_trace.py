@@ -1,17 +1,23 @@
 """Benchmark `otel-gpu trace analyze` against HolisticTraceAnalysis 0.5.0, side by side, same traces.
 
-    python bench/bench_trace.py [--data ../shared/data/traces] [--hta-venv /tmp/hta-venv] [--ranks 8,16,32,64]
+    python bench/bench_trace.py [--ranks 64] [--big 32] [--repeat 3] [--hta-analyses five|more|all] [--shared]
 
-Ours runs as `python -m otel_gpu.trace analyze DIR --csv OUT --quiet` (the trace command alone).
-Each run is a fresh subprocess; wall time is end to end (load plus temporal, kernel, idle-time,
-overlap, launch, queue-length, memory-bandwidth, potential-straggler and per-rank critical path
-analyses; ours also runs
-the ATen-op table, the findings and the cross-rank summary and writes every CSV), peak RSS is the
-command's ru_maxrss as GNU time reports it (the largest of the process and its reaped
-workers; both tools parse ranks in fork-pool workers, one per core). HTA is installed into its own
-venv when missing. After timing, the numbers of both tools are compared (percentages within
-0.01 points, times within 1 us, same kernels and counts). Multi-rank sizes are built by
-replicating the ranks of the largest multi-rank set with the rank relabelled.
+Per set, alternating, ``--repeat`` times each (medians shown, with the spread):
+- HTA: ``TraceAnalysis(trace_dir=DIR)`` then, by default, its five original analyses (temporal,
+  GPU kernel, idle time for all ranks with interval stats, comm/comp overlap, launch statistics
+  for all ranks), each writing its tables as CSV;
+- ours with the same analyses: ``python -m otel_gpu.trace analyze DIR --csv OUT --quiet
+  --no-critical-path`` (which computes and writes more besides: queue length, memory bandwidth,
+  stragglers, ATen ops, annotations, time series, findings);
+- ours as run by default (every analysis, every rank's critical path included).
+The table shows HTA's time over each of ours ("same x", "dflt x"), ours' default over ours' same
+("dflt/same") and peak memory ratios. Each run is a fresh process; wall time is end to end, peak
+RSS is the command's ru_maxrss as GNU time reports it (the largest of the process and its reaped
+workers; both tools use fork-pool workers). HTA is installed into its own venv when missing. After
+timing, HTA's tables are compared with ours (percentages within 0.01 points, times within 1 us,
+same kernels and counts). Sets: the largest multi-rank set replicated to ``--ranks`` ranks, and a
+large one (``--big``): ``--big-from``'s events repeated ``--big-grow`` times per file, replicated
+to 32 ranks (about 3.9 M events).
 """
 from __future__ import annotations
 
@@ -22,6 +28,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +42,7 @@ TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else shutil.which("tim
 HTA_SCRIPT = r"""
 import sys, os, json
 from hta.trace_analysis import TraceAnalysis
-d, out = sys.argv[1], sys.argv[2]
+d, out, wanted = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
 a = TraceAnalysis(trace_dir=d)
 ranks = sorted(a.t.traces)
 def save(df, name):
@@ -78,6 +85,8 @@ for step, call in [
     ("stragglers", stragglers),
     ("critical_path", critical_paths),
 ]:
+    if step not in wanted:
+        continue
     try:
         call()
     except Exception as exc:
@@ -238,36 +247,61 @@ def dir_mb(d: str) -> float:
     return sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d)) / 1e6
 
 
-def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int) -> dict:
-    hdir, odir = os.path.join(work, label, "hta"), os.path.join(work, label, "ours")
+HTA_FIVE = "temporal,kernels,idle,overlap,launch"  # HTA's original analyses: the bar's "same analyses"
+HTA_MORE = HTA_FIVE + ",queue,membw,stragglers"
+HTA_ALL = HTA_MORE + ",critical_path"
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else math.nan
+
+
+def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int, hta_steps: str) -> dict:
+    """HTA (``hta_steps``), ours with the same analyses (--no-critical-path) and ours as run by
+    default, alternating, ``repeat`` times each: medians and spreads of wall time and peak RSS."""
+    hdir = os.path.join(work, label, "hta")
     os.makedirs(hdir, exist_ok=True)
-    ours_cmd = [sys.executable, "-m", "otel_gpu.trace", "analyze", d, "--csv", odir, "--quiet"]
     env = dict(os.environ, PYTHONPATH=ROOT)
     if STDLIB_JSON:
         env["OTELGPU_TRACE_JSON"] = "json"
-    hta_env = dict(os.environ, PYTHONWARNINGS="ignore")
-    best = {"hta": None, "ours": None}
+    ours = [sys.executable, "-m", "otel_gpu.trace", "analyze", d, "--quiet", "--csv"]
+    runs = {"hta": ([hta_py, "-c", HTA_SCRIPT, d, hdir, hta_steps], dict(os.environ, PYTHONWARNINGS="ignore")),
+            "same": (ours + [os.path.join(work, label, "same"), "--no-critical-path"], env),
+            "default": (ours + [os.path.join(work, label, "default")], env)}
+    got: dict[str, list] = {k: [] for k in runs}
     for _ in range(repeat):
-        for who, cmd, e in (("hta", [hta_py, "-c", HTA_SCRIPT, d, hdir], hta_env), ("ours", ours_cmd, env)):
+        for who, (cmd, e) in runs.items():
             wall, rss, rc = measure(cmd, e)
             if rc:
                 raise SystemExit(f"{who} failed on {d} (exit {rc})")
-            if best[who] is None or wall < best[who][0]:
-                best[who] = (wall, rss)
-    diffs = compare(hdir, odir)
-    return {"set": label, "mb": dir_mb(d), "ranks": len(os.listdir(d)), "hta_s": best["hta"][0],
-            "ours_s": best["ours"][0], "hta_mb": best["hta"][1], "ours_mb": best["ours"][1],
-            "identical": not diffs, "diffs": diffs[:3]}
+            got[who].append((wall, rss))
+    out = {"set": label, "mb": dir_mb(d), "ranks": len(os.listdir(d)), "runs": repeat}
+    for who, xs in got.items():
+        walls, rsss = [x[0] for x in xs], [x[1] for x in xs]
+        out[f"{who}_s"], out[f"{who}_s_spread"] = _median(walls), (min(walls), max(walls))
+        out[f"{who}_mb"] = _median(rsss)
+    diffs = compare(hdir, os.path.join(work, label, "default" if "critical_path" in hta_steps else "same"))
+    out.update(identical=not diffs, diffs=diffs[:3])
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "traces"))
     ap.add_argument("--hta-venv", default="/tmp/hta-venv")
-    ap.add_argument("--ranks", default="8,16,32,64", help="replicated multi-rank sizes")
-    ap.add_argument("--grow", default="4,16", help="single-file sizes: events of --grow-from repeated N times")
+    ap.add_argument("--ranks", default="64", help="replicated multi-rank sizes (of the largest multi-rank set)")
+    ap.add_argument("--big", default="32", help="rank counts of the large set: --big-from's events repeated "
+                    "--big-grow times per rank (32: about 3.9 M events); '' for none")
+    ap.add_argument("--big-from", default="hta_nccl_data")
+    ap.add_argument("--big-grow", type=int, default=3)
+    ap.add_argument("--grow", default="", help="single-file sizes: events of --grow-from repeated N times")
     ap.add_argument("--grow-from", default="hta_nccl_data", help="set whose events --grow repeats")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per tool and set; the fastest counts")
+    ap.add_argument("--shared", action="store_true", help="also the largest shared single- and multi-rank sets")
+    ap.add_argument("--hta-analyses", choices=("five", "more", "all"), default="five",
+                    help="what HTA runs, timed: its five original analyses (the bar's 'same analyses'), "
+                    "plus queue length, memory bandwidth and potential stragglers, or all with every "
+                    "rank's critical path")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per tool and set; medians are shown")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--stdlib-json", action="store_true", help="ours with the standard library's JSON decoder")
     args = ap.parse_args()
@@ -275,6 +309,7 @@ def main() -> int:
         raise SystemExit("needs GNU time (/usr/bin/time, Debian package 'time') to measure peak RSS")
     global STDLIB_JSON
     STDLIB_JSON = args.stdlib_json
+    hta_steps = {"five": HTA_FIVE, "more": HTA_MORE, "all": HTA_ALL}[args.hta_analyses]
     hta_py = ensure_hta(args.hta_venv)
     sets = {}
     for dp, _, files in os.walk(args.data):
@@ -284,9 +319,14 @@ def main() -> int:
     largest = max(gpu_sets, key=lambda k: dir_mb(gpu_sets[k]))
     multi = max((k for k in gpu_sets if len(os.listdir(gpu_sets[k])) > 1), key=lambda k: dir_mb(gpu_sets[k]))
     work = tempfile.mkdtemp(prefix="bench-trace-")
-    runs = [(largest, gpu_sets[largest]), (multi, gpu_sets[multi])]
+    runs = [(largest, gpu_sets[largest]), (multi, gpu_sets[multi])] if args.shared else []
     for n in [int(x) for x in args.ranks.split(",") if x]:
         runs.append((f"{multi} x{n} ranks", replicate(gpu_sets[multi], n, os.path.join(work, f"rep{n}"))))
+    if args.big and args.big_from in gpu_sets:
+        one = grow(gpu_sets[args.big_from], args.big_grow, os.path.join(work, "big1"))
+        for n in [int(x) for x in args.big.split(",") if x]:
+            runs.append((f"{args.big_from} x{args.big_grow} events, x{n} ranks",
+                         replicate(one, n, os.path.join(work, f"big{n}"))))
     if args.grow_from in gpu_sets:
         for n in [int(x) for x in args.grow.split(",") if x]:
             runs.append((f"{args.grow_from} x{n} in one file",
@@ -296,18 +336,24 @@ def main() -> int:
                              capture_output=True, text=True, cwd=ROOT,
                              env=dict(os.environ, **({"OTELGPU_TRACE_JSON": "json"} if STDLIB_JSON else {}))
                              ).stdout.strip()
-    print(f"ours: python -m otel_gpu.trace analyze DIR --csv OUT --quiet (JSON decoder: {backend}); "
-          f"HTA 0.5.0: {hta_py}")
-    print(f"{'set':<44} {'ranks':>5} {'MB disk':>7} {'HTA s':>8} {'ours s':>8} {'speedup':>8} "
-          f"{'HTA MB':>8} {'ours MB':>8} {'mem ratio':>9}  numbers")
+    print(f"ours: python -m otel_gpu.trace analyze DIR --csv OUT --quiet [--no-critical-path] (JSON decoder: "
+          f"{backend}); HTA 0.5.0 ({hta_py}): {hta_steps}; median of {args.repeat} runs each, alternating")
+    print(f"{'set':<40} {'ranks':>5} {'MB':>6} {'HTA s':>7} {'same s':>7} {'dflt s':>7} {'same x':>7} "
+          f"{'dflt x':>7} {'dflt/same':>9} {'HTA MB':>7} {'same MB':>7} {'dflt MB':>7} {'mem same':>8} "
+          f"{'mem dflt':>8}  numbers")
     for label, d in runs:
-        r = bench_one(label.replace("/", "_").replace(" ", "_"), d, hta_py, work, args.repeat)
+        r = bench_one(label.replace("/", "_").replace(" ", "_").replace(",", ""), d, hta_py, work, args.repeat,
+                      hta_steps)
         r["set"] = label
         results.append(r)
-        print(f"{label:<44} {r['ranks']:>5} {r['mb']:>7.2f} {r['hta_s']:>8.2f} {r['ours_s']:>8.2f} "
-              f"{r['hta_s'] / r['ours_s']:>7.1f}x {r['hta_mb']:>8.0f} {r['ours_mb']:>8.0f} "
-              f"{r['ours_mb'] / r['hta_mb']:>9.2f}  {'identical' if r['identical'] else 'DIFFER ' + str(r['diffs'])}",
-              flush=True)
+        print(f"{label:<40} {r['ranks']:>5} {r['mb']:>6.1f} {r['hta_s']:>7.2f} {r['same_s']:>7.2f} "
+              f"{r['default_s']:>7.2f} {r['hta_s'] / r['same_s']:>6.1f}x {r['hta_s'] / r['default_s']:>6.1f}x "
+              f"{r['default_s'] / r['same_s']:>9.2f} {r['hta_mb']:>7.0f} {r['same_mb']:>7.0f} {r['default_mb']:>7.0f} "
+              f"{r['same_mb'] / r['hta_mb']:>8.2f} {r['default_mb'] / r['hta_mb']:>8.2f}  "
+              f"{'identical' if r['identical'] else 'DIFFER ' + str(r['diffs'])}", flush=True)
+        print("    spread (min-max s): " + ", ".join(
+            f"{who} {r[who + '_s_spread'][0]:.2f}-{r[who + '_s_spread'][1]:.2f}" for who in ("hta", "same", "default")),
+            flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)

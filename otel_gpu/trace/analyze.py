@@ -1,15 +1,19 @@
 """Run every analysis over a trace set and collect one result document (plain dicts/lists)."""
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
 from . import (annotations, aten_ops, breakdown, call_stack, counters, critical_path, idle, kernel_sequences, launch,
-               stragglers)
-from .findings import Thresholds, check_ranks, thresholds_dict
+               rank_csv, stragglers)
+from .findings import Thresholds, check_rank, finish_checks, thresholds_dict
 from .grouping import group_findings
 from .model import TraceSet
+from .rank_pool import fork_map
 from .steps import cross_rank_summary
 
 
@@ -31,6 +35,9 @@ class Options:
     kernel_sequences: tuple[str, ...] = ()  # operator names (substrings); none: the analysis is not run
     min_pattern_len: int = 3
     thresholds: Thresholds = field(default_factory=Thresholds)
+
+
+PARALLEL_MIN_ROWS = 20_000  # events (all ranks) below which one process computes everything
 
 
 def _for_csv(pairs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -57,47 +64,90 @@ def _kernel_sequences(views, opts: Options, notes: list[str]) -> list[dict]:
     return rows
 
 
-def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
-    """All analyses of ``ts``; launch pairs are kept under ``_launch_pairs`` (arrays, for CSV)."""
+def _one_rank(v, opts: Options) -> dict:
+    """Everything computed from one rank alone (run in a worker process when there are several)."""
+    try:
+        return _rank_results(v, opts)
+    finally:
+        v.clear_cache()   # what the analyses shared is not kept with the rank
+
+
+def _rank_results(v, opts: Options) -> dict:
+    temporal = breakdown.temporal_breakdown(v)
+    idle_rows, idle_stats = idle.idle_time_breakdown(v, opts.consecutive_kernel_delay)
+    pairs = launch.launch_pairs(v)
+    instances = aten_ops.aten_op_instances(aten_ops.aten_op_launches(v))
+    groups = aten_ops.group_instances(instances)
+    return {
+        "temporal": temporal, "idle": idle_rows, "idle_stats": idle_stats,
+        "overlap": breakdown.comm_comp_overlap(v),
+        "launch": {"rank": v.rank, **launch.launch_summary(pairs, opts.runtime_cutoff, opts.launch_delay_cutoff)},
+        "has_pairs": bool(pairs["correlation"].size), "csv": rank_csv.rank_files(v, _for_csv(pairs)),
+        "queue": counters.queue_length_summary(v), "blocked": counters.blocked_on_full_queue(v, opts.max_queue_length),
+        "membw": counters.memory_bw_summary(v),
+        "aten": [{"rank": v.rank, **row} for row in aten_ops.summarize_groups(groups)],
+        # delays as float64 arrays: 8 bytes a launch instead of a float object and a list slot
+        "aten_groups": {k: (np.array(d[0], dtype=np.float64), np.array(d[1], dtype=np.float64))
+                        for k, d in groups.items()},
+        "per_annotation": annotations.kernels_per_annotation(v),
+        "checks": check_rank(v, temporal, idle_rows, opts.thresholds),
+        "critical_path": critical_path.one_rank(v, opts.critical_path_annotation, opts.critical_path_instance)
+        if opts.critical_path else None,
+    }
+
+
+def _share_strings(p: dict) -> dict:
+    """One rank's result with its op and kernel-sequence names interned: every rank's result comes
+    back from a worker with its own copies of the same long names; interned, the ranks share them."""
+    intern = sys.intern
+    p["aten"] = [{k: intern(x) if type(x) is str else x for k, x in row.items()} for row in p["aten"]]
+    p["aten_groups"] = {(intern(op), intern(seq)): d for (op, seq), d in p["aten_groups"].items()}
+    return p
+
+
+def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None) -> dict:
+    """All analyses of ``ts``; each rank's time-series and launch-pair CSV files are kept under
+    ``_rank_csv`` (compressed, see :mod:`rank_csv`).
+
+    What each rank needs alone is computed in ``jobs`` forked workers (default one per core) when
+    the set is large enough to pay for them; the result is the same either way."""
     opts = opts or Options()
     views = list(ts.ranks.values())
     notes = list(ts.notes)
-    temporal = {v.rank: breakdown.temporal_breakdown(v) for v in views}
+    if jobs is None and sum(len(v.rows) for v in views) < PARALLEL_MIN_ROWS:
+        jobs = 1
+    per = fork_map(partial(_one_rank, opts=opts), views, jobs, post=_share_strings)
+    temporal = {v.rank: p["temporal"] for v, p in zip(views, per)}
     types, kernels = breakdown.kernel_breakdown(views, opts.num_kernels, opts.duration_ratio,
                                                 opts.include_memory_kernels)
-    idle_rows: list[dict] = []
-    idle_stats: list[dict] = []
-    for v in views:
-        b, s = idle.idle_time_breakdown(v, opts.consecutive_kernel_delay)
-        idle_rows += b
-        idle_stats += s
-    overlap = [breakdown.comm_comp_overlap(v) for v in views]
-    pairs = {v.rank: launch.launch_pairs(v) for v in views}
-    launch_rows = [{"rank": r, **launch.launch_summary(p, opts.runtime_cutoff, opts.launch_delay_cutoff)}
-                   for r, p in pairs.items()]
-    if not any(p["correlation"].size for p in pairs.values()) and any(temporal.values()):
+    idle_rows = [r for p in per for r in p["idle"]]
+    idle_stats = [r for p in per for r in p["idle_stats"]]
+    overlap = [p["overlap"] for p in per]
+    launch_rows = [p["launch"] for p in per]
+    if not any(p["has_pairs"] for p in per) and any(temporal.values()):
         notes.append("no cudaLaunchKernel/cudaMemcpyAsync/cudaMemsetAsync calls matched to GPU events: "
                      "launch statistics are empty (HTA does not pair hipLaunchKernel either)")
     if not any(temporal.values()):
         notes.append("no GPU kernels in any rank: temporal, kernel, idle, overlap and launch analyses "
                      "have nothing to measure (HTA 0.5.0 fails here); CPU-side steps and findings follow")
-    queue = [r for v in views for r in counters.queue_length_summary(v)]
-    blocked = [r for v in views for r in counters.blocked_on_full_queue(v, opts.max_queue_length)]
-    membw = [r for v in views for r in counters.memory_bw_summary(v)]
-    aten: list[dict] = []
-    pooled: dict = {}  # the all-ranks table, accumulated rank by rank (per-launch rows are not kept)
-    for v in views:
-        instances = aten_ops.aten_op_instances(aten_ops.aten_op_launches(v))
-        aten += [{"rank": v.rank, **row} for row in aten_ops.summarize_instances(instances)]
-        aten_ops.group_instances(instances, pooled)
+    queue = [r for p in per for r in p["queue"]]
+    blocked = [r for p in per for r in p["blocked"]]
+    membw = [r for p in per for r in p["membw"]]
+    aten = [r for p in per for r in p["aten"]]
+    pooled: dict = {}  # the all-ranks table (per-launch rows are not kept)
+    for p in per:
+        for key, (op_delays, runtime_delays) in p["aten_groups"].items():
+            g = pooled.setdefault(key, ([], []))
+            g[0].append(op_delays)
+            g[1].append(runtime_delays)
+    # (math.fsum is exact whatever the order: the pooled means are those of one list of all launches)
+    pooled = {k: (np.concatenate(a), np.concatenate(b)) for k, (a, b) in pooled.items()}
     aten_all = aten_ops.summarize_groups(pooled)
-    paths = critical_path.critical_paths(views, opts.critical_path_annotation, opts.critical_path_instance) \
-        if opts.critical_path else []
+    paths = [p["critical_path"] for p in per] if opts.critical_path else []
     potential = stragglers.potential_stragglers(views, opts.straggler_candidates) if len(views) > 1 else \
         {"ranks": [], "counts": {}, "error": "one rank"}
     cross = cross_rank_summary(views, [t for t in temporal.values() if t])
-    checks = check_ranks(views, temporal, idle_rows, opts.thresholds)
-    pairs = {r: _for_csv(p) for r, p in pairs.items()}
+    checks = finish_checks([c for p in per for c in p["checks"]], views)
     findings = group_findings(checks, opts.thresholds)
     sequences = {}
     if opts.kernel_sequences:
@@ -123,7 +173,7 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "memory_bw_summary": membw,
         "potential_stragglers": potential,
         "gpu_user_annotation_breakdown": annotations.user_annotation_breakdown(views),
-        "kernels_per_annotation": [r for v in views for r in annotations.kernels_per_annotation(v)],
+        "kernels_per_annotation": [r for p in per for r in p["per_annotation"]],
         "aten_op_kernels": aten,
         "aten_op_kernels_all_ranks": aten_all,
         "critical_path": paths,
@@ -132,14 +182,27 @@ def analyze(ts: TraceSet, opts: Options | None = None) -> dict:
         "findings": findings,
         "checks": checks,
         "thresholds": thresholds_dict(opts.thresholds),
-        "_launch_pairs": pairs,
-        "_views": views,  # for the per-rank time-series CSVs, made when written
+        "_views": views,
+        "_rank_csv": [p["csv"] for p in per],  # per-rank time-series and launch-pair CSVs, compressed
     }
+
+
+_PLAIN = (str, int, bool, type(None))
 
 
 def jsonable(doc: dict) -> dict:
     """The document without private keys, NaN as None (strict JSON)."""
     def clean(x):
+        t = type(x)
+        if t in _PLAIN:
+            return x
+        if t is float:
+            return x if math.isfinite(x) else None
+        if t is dict:
+            return {k: clean(v) for k, v in x.items()
+                    if not (k[:1] == "_" if type(k) is str else str(k).startswith("_"))}
+        if t is list or t is tuple:
+            return [clean(v) for v in x]
         if isinstance(x, dict):
             return {k: clean(v) for k, v in x.items() if not str(k).startswith("_")}
         if isinstance(x, (list, tuple)):

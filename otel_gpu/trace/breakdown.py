@@ -111,29 +111,41 @@ def group_stats(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, ...]:
 
 def aggregate_by_name(names: list[str], name_ids: np.ndarray, durs: np.ndarray, num_kernels: int,
                duration_ratio: float) -> list[dict]:
-    """HTA's per-name aggregation with the tail folded into "others"."""
+    """HTA's per-name aggregation with the tail folded into "others".
+
+    ``sum``, ``max``, ``min``, ``mean``, ``std`` are HTA's columns: statistics over kernel instances
+    while no name is folded, but once the table is folded (more than ``num_kernels`` names) over the
+    per-name *sums* of each row's names (a kept name's max = min = mean = its sum). ``kernels``,
+    ``kernel_mean``, ``kernel_max``, ``kernel_min`` are always over the row's kernel instances (us)."""
     if len(name_ids) == 0:
         return []
-    ids, _, sums, maxs, mins, means, stds = group_stats(name_ids, durs)
+    ids, counts, sums, maxs, mins, means, stds = group_stats(name_ids, durs)
     stats = sorted(zip((names[i] for i in ids.tolist()), sums.tolist(), maxs.tolist(), mins.tolist(),
-                       means.tolist(), stds.tolist()))
+                       means.tolist(), stds.tolist(), counts.tolist()))
     sums = np.array([s[1] for s in stats])
     order = sort_desc(sums)
     stats = [stats[i] for i in order]
     if len(stats) <= num_kernels:
-        return [dict(zip(("name", "sum", "max", "min", "mean", "std"), s)) for s in stats]
+        return [{**dict(zip(("name", "sum", "max", "min", "mean", "std"), s[:6])), **_instances([s])} for s in stats]
     cums = np.cumsum([s[1] for s in stats])
     q = np.quantile(cums, duration_ratio)
-    groups: dict[str, list[float]] = {}
+    groups: dict[str, list[tuple]] = {}
     for pos, s in enumerate(stats):
         name = "others" if (cums[pos] > q or pos >= num_kernels) else s[0]
-        groups.setdefault(name, []).append(s[1])
+        groups.setdefault(name, []).append(s)
     out = []
     for name in sorted(groups):
-        d = np.array(groups[name])
+        d = np.array([s[1] for s in groups[name]])
         out.append({"name": name, "sum": d.sum(), "max": d.max(), "min": d.min(), "mean": d.mean(),
-                    "std": d.std(ddof=1) if len(d) > 1 else 0.0})
+                    "std": d.std(ddof=1) if len(d) > 1 else 0.0, **_instances(groups[name])})
     return out
+
+
+def _instances(stats: list[tuple]) -> dict:
+    """Instance statistics (count, mean, max, min; us) of the kernels behind one or more names."""
+    n = sum(s[6] for s in stats)
+    return {"kernels": int(n), "kernel_mean": sum(s[1] for s in stats) / n if n else float("nan"),
+            "kernel_max": max(s[2] for s in stats), "kernel_min": min(s[3] for s in stats)}
 
 
 def kernel_breakdown(views: list[RankView], num_kernels: int = 10, duration_ratio: float = 0.8,

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 
+from .. import words
 from ..errors import UsageError
 
 
@@ -146,7 +147,8 @@ def register(sub) -> None:
                    help="keep kernels of the last ProfilerStep (HTA drops them by default)")
     a.add_argument("--top", type=_count, default=10, help="rows of the top-kernel table (default 10)")
     a.add_argument("--jobs", type=_count, default=None,
-                   help="processes reading files (default: one per core for sets over 4 MB, else 1)")
+                   help="processes reading files and analysing ranks "
+                        "(default: one per core for sets over 1 MB, else 1)")
     a.add_argument("--num-kernels", type=_count, default=10, help="kernels kept per rank and type (HTA: 10)")
     a.add_argument("--duration-ratio", type=_ratio, default=0.8,
                    help="kernels past this share of cumulative time go to 'others' (HTA: 0.8)")
@@ -172,7 +174,9 @@ def register(sub) -> None:
     a.add_argument("--critical-path-step", metavar="N", type=_index, default=None,
                    help="which matching event, from 0 (default: 1 when there are two or more, else 0)")
     a.add_argument("--no-critical-path", action="store_true", help="skip the critical path analysis")
-    a.add_argument("--quiet", action="store_true", help="no terminal tables")
+    a.add_argument("--quiet", action="store_true", help="print the findings only (no tables, no notes)")
+    a.add_argument("--verbose", action="store_true",
+                   help="also print the notes that matter only to compare figures with HTA's (always in --json)")
     a.set_defaults(func=run_analyze)
 
     d = tsub.add_parser("diff", help="what changed between two runs (per op and per kernel)")
@@ -181,7 +185,7 @@ def register(sub) -> None:
     d.add_argument("--json", dest="json_out", metavar="OUT", help="write the diff as JSON")
     d.add_argument("--csv", dest="csv_dir", metavar="DIR", help="write trace_diff.csv into DIR")
     d.add_argument("--top", type=_count, default=20, help="rows shown in the terminal (default 20)")
-    d.add_argument("--quiet", action="store_true", help="no terminal table")
+    d.add_argument("--quiet", action="store_true", help="print nothing (with --json or --csv)")
     d.set_defaults(func=run_diff)
 
 
@@ -201,23 +205,28 @@ def _write(args, doc: dict, files: dict[str, str] | None, inputs: list[str]) -> 
     from .report import write_outputs
 
     try:
-        write_outputs(args.json_out, doc, args.csv_dir, files, inputs)
+        n = write_outputs(args.json_out, doc, args.csv_dir, files, inputs)
     except OSError as exc:
         print(f"otel-gpu trace: cannot write outputs: {exc.strerror or exc} ({exc.filename or ''})",
               file=sys.stderr)
         return False
+    wrote = ([f"--json {os.path.abspath(args.json_out)}"] if args.json_out else []) + (
+        [f"{words.count(n, 'CSV file')} in {os.path.abspath(args.csv_dir)}"] if args.csv_dir and n else [])
+    if wrote:   # on stderr: stdout holds the tables (or the findings only)
+        print(f"otel-gpu trace: wrote {'; '.join(wrote)}", file=sys.stderr)
     return True
 
 
 def _console():
-    from rich.console import Console
+    """The terminal at the width rich detects (its size; else COLUMNS; else 80 columns)."""
+    from ..terminal import console
 
-    return Console(file=sys.stdout, width=160)
+    return console()
 
 
 def run_analyze(args) -> int:
     from .analyze import Options, analyze
-    from .report import csv_files, render_analysis
+    from .report import csv_files, render_analysis, render_findings
 
     inputs = input_files(args.dir)
     check_outputs(args.json_out, args.csv_dir, inputs)
@@ -233,11 +242,13 @@ def run_analyze(args) -> int:
     opts.thresholds.runtime_cutoff_us = args.runtime_cutoff
     opts.thresholds.min_time_share_pct = args.min_impact
     ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs)
-    doc = analyze(ts, opts)
+    doc = analyze(ts, opts, args.jobs)
     if not _write(args, doc, csv_files(doc) if args.csv_dir else None, inputs):
         return 1
-    if not args.quiet:
-        render_analysis(doc, _console(), top=args.top, sequences_top=args.top_k or 5)
+    if args.quiet:
+        render_findings(doc, _console())
+    else:
+        render_analysis(doc, _console(), top=args.top, sequences_top=args.top_k or 5, verbose=args.verbose)
     return 0
 
 

@@ -47,7 +47,12 @@ def queue_length_at_events(v: RankView) -> dict[int, int]:
 
 
 def _queue_changes(v: RankView) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """stream -> (ts us, queue length after each change, the event (row of ``ev``) of each change)."""
+    """stream -> (ts us, queue length after each change, the event (row of ``ev``) of each change);
+    computed once per rank for the summary, the full-queue time, the series and the findings."""
+    return v.cached("queue_changes", lambda: _compute_queue_changes(v))
+
+
+def _compute_queue_changes(v: RankView) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     ev, rows = v.ev, v.rows
     calls = rows[np.isin(ev.name[rows], v.symbol_ids(LAUNCH_CALLS)) & (v.index_correlation[rows] > 0)]
     gpu = rows[ev.stream[rows] != -1]
@@ -112,7 +117,12 @@ def memory_kind(name: str) -> str:
 
 
 def memory_bw_series(v: RankView) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """copy kind -> (ts us, total GB/s of the copies of that kind running after each change)."""
+    """copy kind -> (ts us, total GB/s of the copies of that kind running after each change);
+    computed once per rank for the summary and the series."""
+    return v.cached("memory_bw_series", lambda: _compute_memory_bw_series(v))
+
+
+def _compute_memory_bw_series(v: RankView) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     k = gpu_kernels(v)
     mem = k["type"] == MEMORY
     if not mem.any():

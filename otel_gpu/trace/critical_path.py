@@ -12,18 +12,18 @@ gpu_kernel_kernel_overhead or gpu_kernel_launch_overhead.
 """
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
+from ..words import count
 from .counters import queue_length_at_events
 from .cp_graph import DEPENDENCY, KERNEL_GAP, LAUNCH, SPAN, SYNC, CriticalPathError, Graph
 from .event_sync import event_links
 from .model import COMMUNICATION, RankView, kernel_type
+from .rank_pool import fork_map
 
 BOUNDS = ("cpu_bound", "gpu_compute_bound", "gpu_communication_bound", "gpu_kernel_kernel_overhead",
           "gpu_kernel_launch_overhead")
@@ -34,30 +34,19 @@ OP_CATS = ("cpu_op", "cuda_runtime", "cuda_driver",
 
 
 PARALLEL_MIN_RANKS = 4  # below this one process computes every rank's path
-_shared: dict = {}  # what forked workers read (set before the pool forks)
 
 
 def critical_paths(views: list[RankView], annotation: str = "ProfilerStep", instance: int | None = None,
                    jobs: int | None = None) -> list[dict]:
     """Every rank's critical path summary, or ``{"rank", "error"}`` where there is none; ranks are
     computed in forked worker processes (one per core) when there are several."""
-    jobs = min(len(views), jobs or os.cpu_count() or 1)
-    if jobs <= 1 or len(views) < PARALLEL_MIN_RANKS or "fork" not in mp.get_all_start_methods():
-        return [_one(v, annotation, instance) for v in views]
-    _shared["args"] = (views, annotation, instance)
-    try:
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
-            return list(pool.map(_one_shared, range(len(views)), chunksize=max(1, len(views) // (4 * jobs))))
-    finally:
-        _shared.clear()
+    if len(views) < PARALLEL_MIN_RANKS:
+        jobs = 1
+    return fork_map(partial(one_rank, annotation=annotation, instance=instance), views, jobs)
 
 
-def _one_shared(i: int) -> dict:
-    views, annotation, instance = _shared["args"]
-    return _one(views[i], annotation, instance)
-
-
-def _one(v: RankView, annotation: str, instance: int | None) -> dict:
+def one_rank(v: RankView, annotation: str = "ProfilerStep", instance: int | None = None) -> dict:
+    """One rank's critical path summary, or ``{"rank", "error"}`` where there is none."""
     try:
         return critical_path(v, annotation, instance)
     except CriticalPathError as exc:
@@ -311,7 +300,7 @@ def _add_kernels(v, g: Graph, clipped, start_node, end_node, node_event, pos_of_
             g.add(prev, s, KERNEL_GAP, event=node_event[prev])  # the gap belongs to the earlier kernel
         last[stream] = t
     if skipped:
-        notes.append(f"{skipped} kernels launched from outside the window have no launch edge (HTA stops here)")
+        notes.append(f"{count(skipped, 'kernel')} launched from outside the window: no launch edge (HTA stops here)")
     return notes
 
 

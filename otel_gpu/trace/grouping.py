@@ -3,10 +3,10 @@ linked when one pattern causes another.
 
 A rank is affected by a pattern when its check triggers *and* the time at stake is at least
 ``Thresholds.min_time_share_pct`` % of that rank's analysed span (GPU span; the steps or the
-trace on CPU-only traces). Links: GPU idle is attributed to a cause when the idle gaps that
-begin inside its calls (syncs, cudaMalloc/cudaFree: the GPU drained while the CPU waited) or that
-end at the start of a short kernel (the GPU waited for its launch) make up at least
-``Thresholds.link_min_share_pct`` % of the idle time on the ranks both affect. Times in us.
+trace on CPU-only traces). Links: GPU idle is attributed to a cause when the idle gaps of
+that cause (:mod:`.idle_causes`: a draining sync, cudaMalloc/cudaFree, launch starvation) make
+up at least ``Thresholds.link_min_share_pct`` % of the idle time on the ranks both affect.
+Times in us.
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import numpy as np
 
 from .findings import FIXES, TITLES, Thresholds
 
-CAUSES_OF_IDLE = ("too_many_syncs", "alloc_thrash", "many_short_kernels")
+CAUSES_OF_IDLE = ("queue_drain_sync", "alloc_thrash", "many_short_kernels")
 EFFECT = "long_gpu_idle"
+STAKE_IS_IDLE = ("queue_drain_sync", "many_short_kernels")  # their time at stake is the idle they cause
 
 
 def rank_ranges(ranks: list[int]) -> str:
@@ -51,7 +52,7 @@ def _group(pattern: str, hit: list[dict], below: list[dict], n_ranks: int) -> di
         "time_at_stake_per_rank_us": _spread([c["time_at_stake_us"] for c in hit]),
         "share_of_span_pct": _spread([c["share_of_span_pct"] for c in hit]),
         "span": worst["span"],
-        "worst_rank": worst["rank"], "where": worst["where"], "fix": FIXES[pattern],
+        "worst_rank": worst["rank"], "where": worst["where"], "fix": worst.get("fix") or FIXES[pattern],
         "caused_by": [], "leads_to": [],
     }
 
@@ -71,10 +72,11 @@ def group_findings(checks: list[dict], th: Thresholds | None = None) -> list[dic
             below = [c for c in cs if c["triggered"] and not c["reported"]]
             findings[pattern] = _group(pattern, hit, below, n_ranks)
     _link(findings, by_pattern, th)
-    for f in findings.values():  # a cause weighs its own time plus the idle it explains
-        f["impact_pct"] = round(f["share_of_span_pct"]["median"] + sum(
+    for f in findings.values():  # a cause weighs its own time plus the idle it explains (unless that idle
+        # is already its time at stake)
+        f["impact_pct"] = round(f["share_of_span_pct"]["median"] + (0 if f["pattern"] in STAKE_IS_IDLE else sum(
             findings[link["pattern"]]["share_of_span_pct"]["median"] * link["share_of_idle_pct"] / 100
-            for link in f["leads_to"]), 3)
+            for link in f["leads_to"])), 3)
     return sorted(findings.values(), key=lambda f: (-f["impact_pct"], f["pattern"]))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 from array import array
+from itertools import chain
 from operator import attrgetter
 
 import numpy as np
@@ -137,10 +138,10 @@ class Collector:
         names = ["None" if e.name is None else e.name for e in kept]
         cats = [e.cat for e in kept]
         sym = self.sym
-        for pair in zip(names, cats):  # ids in first-seen order, name before cat, as put() assigns them
-            for x in pair:
-                if x not in sym:
-                    sym[x] = len(sym)
+        # ids in first-seen order, name before cat, as put() assigns them: each distinct string once
+        for x in dict.fromkeys(chain.from_iterable(zip(names, cats))):
+            if x not in sym:
+                sym[x] = len(sym)
         if GPU_ANNOTATION in cats:  # a C-level scan; the loop only where annotations are
             tids = self.annotation_tid
             for i, e in zip(kept_pos, kept):

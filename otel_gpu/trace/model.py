@@ -19,6 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..words import count, noun
 from .listing import list_traces
 from .parse import RankEvents, TraceFormatError, describe_counts, read_trace
 
@@ -53,6 +54,19 @@ class RankView:
     last_step_dropped: bool = False  # HTA's rule removed the last ProfilerStep's events
     _types: list[str] | None = field(default=None, repr=False)
     _type_table: np.ndarray | None = field(default=None, repr=False)
+    _ids: dict[str, int] | None = field(default=None, repr=False)  # name -> symbol id
+    _cache: dict = field(default_factory=dict, repr=False)  # results several analyses share (see cached)
+
+    def cached(self, key: str, make):
+        """``make()``, computed once until :meth:`clear_cache` (series several analyses read;
+        callers must not modify what it returns)."""
+        got = self._cache.get(key)
+        if got is None:
+            got = self._cache[key] = make()
+        return got
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
 
     @property
     def names(self) -> list[str]:
@@ -79,8 +93,10 @@ class RankView:
 
     def symbol_ids(self, wanted) -> np.ndarray:
         """Ids of the given symbol names present in this rank."""
-        wanted = set(wanted)
-        return np.array([i for i, n in enumerate(self.ev.names) if n in wanted], dtype=np.int32)
+        if self._ids is None:
+            self._ids = {n: i for i, n in enumerate(self.ev.names)}
+        ids = self._ids
+        return np.array(sorted({ids[n] for n in wanted if n in ids}), dtype=np.int32)
 
 
 @dataclass
@@ -157,7 +173,7 @@ def find_trace_files(directory: str) -> tuple[list[str], list[str]]:
     return files, skipped
 
 
-PARALLEL_MIN_BYTES = 4 << 20  # files on disk; below this one process reads everything
+PARALLEL_MIN_BYTES = 1 << 20  # files on disk; below this one process reads everything
 
 
 def _read_all(paths: list[str], jobs: int | None) -> list[RankEvents]:
@@ -181,13 +197,13 @@ def load_events(paths: list[str], jobs: int | None = None) -> tuple[dict[int, Ra
         ev.names = [sys.intern(n) for n in ev.names]  # ranks share their kernel and op names
         p = ev.path
         if ev.dropped:
-            notes.append(f"{p}: {sum(ev.dropped.values())} events not analysed ({describe_counts(ev.dropped)})")
+            notes.append(f"{p}: {count(sum(ev.dropped.values()), 'event')} not analysed ({describe_counts(ev.dropped)})")
         if ev.rounded_short:
-            notes.append(f"{p}: {ev.rounded_short} events shorter than 1 us end before they start once times are "
+            notes.append(f"{p}: {count(ev.rounded_short, 'event')} shorter than 1 us end before they start once times are "
                          "rounded to whole us (start up, end down, as HTA does for nanosecond traces): 0 us here, "
                          "-1 us in HTA")
         if ev.clamped:
-            notes.append(f"{p}: {sum(ev.clamped.values())} events kept with a field cleared "
+            notes.append(f"{p}: {count(sum(ev.clamped.values()), 'event')} kept with a field cleared "
                          f"({describe_counts(ev.clamped)})")
         if ev.rank in out:
             notes.append(f"rank {ev.rank} appears in {out[ev.rank].path} and {p}; using {p}")
@@ -232,10 +248,9 @@ def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None 
 
 
 def _rank_list(ranks: list[int], shown: int = 8) -> str:
-    """[0, 1, 5] -> "[0, 1, 5]"; a long list is cut: "[0, 1, ... (1,000 ranks)]"."""
-    if len(ranks) <= shown:
-        return str(ranks)
-    return "[" + ", ".join(map(str, ranks[:shown])) + f", ... ({len(ranks):,} ranks)]"
+    """[5] -> "rank 5"; [0, 1, 5] -> "ranks 0, 1, 5"; a long list is cut: "ranks 0, 1, ... (1,000 ranks)"."""
+    more = f", ... ({count(len(ranks), 'rank')})" if len(ranks) > shown else ""
+    return f"{noun(len(ranks), 'rank')} " + ", ".join(map(str, ranks[:shown])) + more
 
 
 def load_set(directory: str, ranks: list[int] | None = None, include_last_step: bool = False,
@@ -247,7 +262,7 @@ def load_set(directory: str, ranks: list[int] | None = None, include_last_step: 
     if ranks:
         missing = sorted(set(ranks) - set(events))
         if missing:
-            raise TraceFormatError(f"{directory}: no trace for rank(s) {_rank_list(missing)}; "
+            raise TraceFormatError(f"{directory}: no trace for {_rank_list(missing)}; "
                                    f"found {_rank_list(sorted(events))}")
         events = {r: events[r] for r in ranks}
     return build_set(directory, events, notes, include_last_step)

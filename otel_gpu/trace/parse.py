@@ -11,10 +11,12 @@ import json
 import os
 import re
 import zlib
+from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..words import count
 from .intake import JSON_BACKEND, TIME_LIMIT_US, Collector, decode_piece  # noqa: F401 (re-exported)
 
 CHUNK_CHARS = 1 << 22  # 4 Mi characters of text per read
@@ -302,7 +304,8 @@ def _no_events(col: Collector) -> str:
         return "'traceEvents' is empty"
     if col.dropped:
         return f"no usable duration event ({describe_counts(col.dropped)})"
-    return f"none of the {col.count[0]} elements of 'traceEvents' is a duration event (with ts, dur and cat)"
+    return (f"no duration event (with ts, dur and cat) among the {count(col.count[0], 'element')} of "
+            "'traceEvents'")
 
 
 def describe_counts(counts: dict[str, int]) -> str:
@@ -315,6 +318,12 @@ def _narrow(a: np.ndarray) -> np.ndarray:
     if a.size == 0 or (int(a.min()) >= -(1 << 31) and int(a.max()) < (1 << 31)):
         return a.astype(np.int32)
     return a
+
+
+def _symbols(ids: array, n: int) -> np.ndarray:
+    """Symbol ids in int16 when fewer than 32768 symbols (traces have hundreds), else int32."""
+    a = np.frombuffer(ids, dtype=np.int32)
+    return a.astype(np.int16) if n < (1 << 15) else a.copy()
 
 
 def _kept_tids(col: Collector) -> dict[int, int]:
@@ -360,8 +369,8 @@ def _finish(path: str, rank: int, col: Collector, meta: dict) -> RankEvents:
         path=path, rank=rank,
         index=_narrow(np.frombuffer(col.index, dtype=np.int64)),
         ts=ts_out, dur=np.array(dur, dtype=np.float64),
-        name=np.frombuffer(col.name, dtype=np.int32).copy(), cat=np.frombuffer(col.cat, dtype=np.int32).copy(),
-        stream=_narrow(np.frombuffer(col.stream, dtype=np.int64)),
+        name=_symbols(col.name, len(names)), cat=_symbols(col.cat, len(names)),
+        stream=_downcast_int(np.frombuffer(col.stream, dtype=np.int64)),
         correlation=_narrow(np.frombuffer(col.corr, dtype=np.int64)),
         external_id=_narrow(np.frombuffer(col.ext, dtype=np.int64)),
         bw_index=bw_index, bw_value=bw[bw_index].copy(),

@@ -9,8 +9,10 @@ import re
 
 import numpy as np
 
-from .. import output
-from . import counters
+from rich.markup import escape
+
+from .. import output, words
+from . import rank_csv
 from .analyze import jsonable
 from .grouping import rank_ranges
 
@@ -34,58 +36,47 @@ CSV_TABLES = {
     "findings.csv": "findings",
     "checks.csv": "checks",
 }
-PAIR_COLUMNS = ("correlation", "cpu_duration", "gpu_duration", "launch_delay")
 
 
 def _csv_text(rows: list[dict]) -> str:
+    return "".join(_csv_pieces(rows))
+
+
+def _csv_pieces(rows: list[dict], size: int = 1 << 18):
+    """CSV of a table's rows in pieces of about ``size`` characters (only one in memory at a time),
+    each row made JSON-clean (``jsonable``) as it is written; columns in first-seen order, private
+    (``_``) keys left out."""
     buf = io.StringIO()
     if rows:
-        cols = list(rows[0])
-        for r in rows[1:]:
-            cols += [c for c in r if c not in cols]
+        cols = list(dict.fromkeys(k for r in rows for k in r if not str(k).startswith("_")))
         w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
         w.writeheader()
         for r in rows:
-            w.writerow({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in r.items()})
-    return buf.getvalue()
+            w.writerow({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in jsonable(r).items()})
+            if buf.tell() >= size:
+                yield buf.getvalue()
+                buf.seek(0)
+                buf.truncate()
+    yield buf.getvalue()
 
 
 def csv_files(doc: dict):
-    """(file name, CSV text) for each table of an analysis document, made one at a time so that
-    only one table's text is in memory at once."""
+    """(file name, CSV) for each table of an analysis document, made as it is written: the CSV is
+    its text in pieces (an iterator of str) or its UTF-8 bytes; join them for the whole text."""
     for name, key in CSV_TABLES.items():
         if key == "kernel_sequences" and key not in doc:
             continue
-        yield name, _csv_text(jsonable(doc.get(key) or []))
-    yield "steps.csv", _csv_text(jsonable(doc["cross_rank"]["steps"]))
+        yield name, _csv_pieces(doc.get(key) or [])
+    yield "steps.csv", _csv_pieces(doc["cross_rank"]["steps"])
     ps = doc.get("potential_stragglers") or {}
     yield "potential_stragglers.csv", _csv_text([{"rank": int(r), "steps_flagged": n,
                                                   "potential_straggler": int(r) in ps.get("ranks", [])}
                                                  for r, n in (ps.get("counts") or {}).items()])
-    for v in doc.get("_views", []):  # time series, one file per rank, computed as they are written
-        yield f"queue_length_series_rank{v.rank}.csv", _series_csv(
-            ("ts", "stream", "queue_length"),
-            ((t, s_, q) for s_, (ts, ql) in counters.queue_length_series(v).items()
-             for t, q in zip(ts.tolist(), ql.tolist())))
-        yield f"memory_bw_series_rank{v.rank}.csv", _series_csv(
-            ("ts", "name", "memory_bw_gbps"),
-            ((t, kind, b) for kind, (ts, bw) in counters.memory_bw_series(v).items()
-             for t, b in zip(ts.tolist(), bw.tolist())))
-    for rank, p in doc.get("_launch_pairs", {}).items():
-        buf = io.StringIO()
-        buf.write(",".join(PAIR_COLUMNS) + "\n")
-        cols = [p[c] for c in PAIR_COLUMNS]
-        for vals in zip(*(c.tolist() for c in cols)):
-            buf.write(",".join(repr(x) for x in vals) + "\n")
-        yield f"cuda_kernel_launch_stats_rank{rank}.csv", buf.getvalue()
-
-
-def _series_csv(columns: tuple[str, ...], rows) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
-    w.writerows(rows)
-    return buf.getvalue()
+    per_rank = doc.get("_rank_csv", [])  # made with each rank's analysis (rank_csv), compressed
+    for kind in ("series", "pairs"):
+        for files in per_rank:
+            for name, packed in files[kind]:
+                yield name, rank_csv.unpack(packed)
 
 
 def diff_csv(doc: dict) -> dict[str, str]:
@@ -93,29 +84,39 @@ def diff_csv(doc: dict) -> dict[str, str]:
 
 
 def write_outputs(json_path: str | None, json_doc: dict | None, csv_dir: str | None, files,
-                  inputs: list[str] = ()) -> None:
+                  inputs: list[str] = ()) -> int:
     """Write the JSON file and the CSV files (``files``: a dict or an iterable of (name, text)) by
     :mod:`otel_gpu.output`'s rules, as one: every path checked (none may be one of ``inputs``), every
-    replaced file staged whole, then all put in place."""
-    items: list[tuple[str, str]] = []
-    labels: list[str] = []
-    if json_path:
-        items.append((json_path, json.dumps(jsonable(json_doc), indent=1, allow_nan=False)))
-        labels.append(f"--json {json_path}")
+    replaced file staged whole as its text is made (one text in memory at a time), then all put in
+    place. Returns the number of CSV files written."""
     made = None
-    if csv_dir and files:
-        if not os.path.isdir(csv_dir):
-            os.makedirs(csv_dir)
-            made = csv_dir
-        for name, text in (files.items() if isinstance(files, dict) else files):
-            items.append((os.path.join(csv_dir, name), text))
-            labels.append(f"--csv {csv_dir}")
+    if csv_dir and files and not os.path.isdir(csv_dir):
+        os.makedirs(csv_dir)
+        made = csv_dir
+    n_csv = [0]
+
+    def items():   # one table's text at a time: each is staged (written to its temporary file) in turn
+        if json_path:
+            yield json_path, json.dumps(jsonable(json_doc), indent=1, allow_nan=False)
+        if csv_dir and files:
+            for name, text in (files.items() if isinstance(files, dict) else files):
+                n_csv[0] += 1
+                yield os.path.join(csv_dir, name), text
     try:
-        output.write_all(items, inputs, labels=labels)
+        output.write_all(items(), inputs, labels=_labels(json_path, csv_dir))
     except BaseException:
         if made is not None and not os.listdir(made):
             os.rmdir(made)   # the folder this call made holds nothing: leave no trace of it
         raise
+    return n_csv[0]
+
+
+def _labels(json_path: str | None, csv_dir: str | None):
+    """The label of each output in ``write_outputs``' order: the JSON file, then every CSV file."""
+    if json_path:
+        yield f"--json {json_path}"
+    while True:
+        yield f"--csv {csv_dir}"
 
 
 def _fmt(x, digits: int = 1) -> str:
@@ -126,17 +127,27 @@ def _fmt(x, digits: int = 1) -> str:
     return str(x)
 
 
-def _table(title: str, cols: list[str], rows: list[list]):
-    from rich.table import Table  # imported on use: --quiet runs skip rich
+# columns folded as names; columns left out first on a narrow terminal (highest number first)
+_TEXT_COLUMNS = {"name", "pattern", "kernel sequence", "most time on the path"}
+_LABEL_COLUMNS = {"rank", "step", "kernel_type", "category", "stream"}
+_DROP_FIRST = {"kernel_type": 3, "max us": 2, "mean us": 1, "non-compute": 2, "non-compute %": 2, "span": 1,
+               "short": 2, "runtime outliers": 1, "delay outliers": 1, "changes": 2, "points": 2, "median": 1,
+               "ranks": 3, "busy us": 2, "median busy us": 1, "longest step us": 2, "mean cpu us": 1,
+               "cpu %": 1, "gpu comm %": 1, "kernel gaps %": 2, "launch delay %": 2, "most time on the path": 3,
+               "op start to launch us": 1, "launch to kernel us": 2, "# kernels": 2, "CPU op us": 1,
+               "count A": 3, "count B": 3, "mean A us": 2, "mean B us": 2, "total A us": 1, "total B us": 1,
+               "kind": 2, "ratio": 1, "overlap us": 1}
 
-    t = Table(title=title, title_justify="left", show_lines=False)
-    for i, c in enumerate(cols):
-        left = i == 0 or c in ("name", "kernels", "kernel_type", "category", "pattern", "where")
-        t.add_column(c, justify="left" if left
-                     else "right", overflow="fold")
-    for r in rows:
-        t.add_row(*[_fmt(x) if not isinstance(x, str) else x for x in r])
-    return t
+
+def _table(title: str, cols: list[str], rows: list[list]):
+    """A table that fits the console it is printed on (otel_gpu.terminal): names fold, numbers never
+    wrap, and the columns of least use are left out on a narrow terminal (the CSV files have them all)."""
+    from ..terminal import Col, FitTable
+
+    spec = [Col(c, 0 if i == 0 else _DROP_FIRST.get(c, 0), text=c in _TEXT_COLUMNS, left=c in _LABEL_COLUMNS)
+            for i, c in enumerate(cols)]
+    return FitTable(title, spec, [[_fmt(x) if not isinstance(x, str) else x for x in r] for r in rows],
+                    note="--csv has them")
 
 
 def _short(name: str, n: int = 70) -> str:
@@ -189,6 +200,8 @@ def _pattern_text(pattern: str, shown: int = 4) -> str:
 
 def render_kernel_sequences(doc: dict, console, top_k: int = 5) -> None:
     """Top ``top_k`` patterns per requested operator, pooled over ranks."""
+    from ..terminal import hang
+
     req = doc.get("kernel_sequences_request")
     if not req:
         return
@@ -196,22 +209,35 @@ def render_kernel_sequences(doc: dict, console, top_k: int = 5) -> None:
     for op in req["operators"]:
         rows = [r for r in pooled if r["operator"] == op]
         if not rows:
-            console.print(f"Frequent kernel sequences under {op!r}: none with {req['min_pattern_len']} or more "
-                          "kernels (see the notes)", highlight=False)
+            hang(console, "", f"Frequent kernel sequences under {op!r}: none with {req['min_pattern_len']} or more "
+                              "kernels (see the notes)")
             continue
         shown = rows[:top_k]
-        console.print(_table(f"Frequent kernel sequences under {op!r} (top {len(shown)} of {len(rows)} patterns, "
-                             f"ops launching >= {req['min_pattern_len']} kernels; counts and us summed over ranks)",
+        console.print(_table(f"Frequent kernel sequences under {op!r} (top {len(shown)} of "
+                             f"{words.count(len(rows), 'pattern')}, ops launching >= "
+                             f"{words.count(req['min_pattern_len'], 'kernel')}; counts and us summed over ranks)",
                              ["pattern", "# kernels", "count", "ranks", "GPU kernel us", "CPU op us"],
                              [[_pattern_text(r["pattern"]), r["kernels"], r["count"], rank_ranges(r["ranks"]),
                                float(r["gpu_kernel_duration_us"]), float(r["cpu_op_duration_us"])] for r in shown]))
 
 
-def render_analysis(doc: dict, console, top: int = 10, sequences_top: int = 5) -> None:
-    """Print the analysis as terminal tables."""
-    console.print(f"[bold]Trace set[/bold] {doc['trace_dir']}  ranks {rank_ranges(doc['ranks'])}", highlight=False)
-    for n in _merge_rank_notes(doc["notes"]):
-        console.print(f"  note: {n}", highlight=False)
+# notes that matter only to compare figures with HTA's: shown with --verbose (always in the JSON)
+_PARITY_NOTES = ("shorter than 1 us end before they start",)
+
+
+def _parity_note(note: str) -> bool:
+    return any(p in note for p in _PARITY_NOTES)
+
+
+def render_analysis(doc: dict, console, top: int = 10, sequences_top: int = 5, verbose: bool = False) -> None:
+    """Print the analysis as terminal tables at the console's width; ``verbose``: also the notes that
+    matter only for parity with HTA."""
+    from ..terminal import hang
+
+    hang(console, "[bold]Trace set[/bold] ", f"{escape(doc['trace_dir'])}  {words.count(len(doc['ranks']), 'rank')} "
+                                             f"({rank_ranges(doc['ranks'])})", markup=True)
+    for n in _merge_rank_notes([n for n in doc["notes"] if verbose or not _parity_note(n)]):
+        hang(console, "  note: ", n)
     if doc["temporal_breakdown"]:
         rows, more = _notable(doc["temporal_breakdown"], "idle_time_pctg")
         console.print(_table("Temporal breakdown (us, % of first-kernel-to-last-kernel span)" + more,
@@ -223,9 +249,10 @@ def render_analysis(doc: dict, console, top: int = 10, sequences_top: int = 5) -
         console.print(_table("GPU time by kernel type (all ranks)", ["kernel_type", "time us", "%"],
                              [[r["kernel_type"], r["sum"], r["percentage"]] for r in doc["kernel_type_breakdown"]]))
         top_k = sorted(doc["kernel_breakdown"], key=lambda r: -r["sum"])[:top]
-        console.print(_table(f"Top {len(top_k)} kernels", ["name", "kernel_type", "rank", "total us", "mean us", "max us"],
-                             [[_short(r["name"]), r["kernel_type"], r["rank"], r["sum"], r["mean"], r["max"]]
-                              for r in top_k]))
+        console.print(_table(f"Top {words.count(len(top_k), 'kernel')}", ["name", "kernel_type", "rank", "total us", "kernels",
+                                                            "mean us per kernel", "max us per kernel"],
+                             [[_short(r["name"]), r["kernel_type"], r["rank"], r["sum"], r["kernels"], r["kernel_mean"],
+                               r["kernel_max"]] for r in top_k]))
     if doc["idle_time_breakdown"]:
         rows, more = _notable(doc["idle_time_breakdown"], "idle_time")
         console.print(_table("GPU idle time by stream" + more, ["rank", "stream", "category", "idle us", "ratio"],
@@ -248,9 +275,10 @@ def render_analysis(doc: dict, console, top: int = 10, sequences_top: int = 5) -
                              ["rank", "stream", "changes", "mean", "median", "max"],
                              [[r["rank"], r["stream"], int(r["count"]), r["mean"], r["50%"], r["max"]] for r in rows]))
     for r in doc.get("queue_full_blocked") or []:
-        console.print(f"Rank {r['rank']} stream {r['stream']}: launch queue full for "
-                      f"{r['duration_at_max_queue_length']:,.0f} us "
-                      f"({100 * r['relative_duration_at_max_queue_length']:.2f}% of the trace)", highlight=False)
+        hang(console, f"Rank {r['rank']} stream {r['stream']}: ", f"launch queue full for "
+                                                                f"{r['duration_at_max_queue_length']:,.0f} us "
+                                                                f"({100 * r['relative_duration_at_max_queue_length']:.2f}% "
+                                                                "of the trace)")
     if doc.get("memory_bw_summary"):
         rows, more = _notable(doc["memory_bw_summary"], "mean")
         console.print(_table("Memory copy bandwidth (GB/s, while copies run)" + more,
@@ -277,25 +305,28 @@ def render_analysis(doc: dict, console, top: int = 10, sequences_top: int = 5) -
     if doc.get("aten_op_kernels_all_ranks"):
         rows = doc["aten_op_kernels_all_ranks"][:top]
         console.print(_table(f"ATen ops and the kernels they launch (all ranks, {len(rows)} most frequent)",
-                             ["name", "kernels", "count", "op start to launch us", "launch to kernel us"],
+                             ["name", "kernel sequence", "count", "op start to launch us", "launch to kernel us"],
                              [[_short(r["aten_op_name"], 40), _short(r["kernel_sequence"], 80), r["occurrence_count"],
                                r["avg_aten_op_launch_delay"], r["avg_runtime_delay"]] for r in rows]))
     render_kernel_sequences(doc, console, sequences_top)
     _render_critical_path(doc.get("critical_path") or [], console)
     ps = doc.get("potential_stragglers") or {}
     if ps.get("ranks"):
-        console.print(f"Potential stragglers (HTA's method: latest start of {_short(ps['kernel'], 60)} on stream "
-                      f"{ps['stream']}): ranks {ps['ranks']}", highlight=False)
+        hang(console, "Potential stragglers ", f"(HTA's method: latest start of {_short(ps['kernel'], 60)} on stream "
+                                               f"{ps['stream']}): {words.noun(len(ps['ranks']), 'rank')} "
+                                               f"{rank_ranges(ps['ranks'])}")
     if "straggler" in cross:
         s = cross["straggler"]
-        console.print(f"Straggler: rank {s['rank']}, busiest in {s['steps_slowest']} of {len(cross['steps'])} steps, "
-                      f"{s['excess_us']:,.0f} us ({s['excess_pct']:+.1f}%) more busy time than the median rank",
-                      highlight=False)
+        hang(console, "Straggler: ", f"rank {s['rank']}, busiest in {s['steps_slowest']} of "
+                                     f"{words.count(len(cross['steps']), 'step')}, {s['excess_us']:,.0f} us "
+                                     f"({s['excess_pct']:+.1f}%) more busy time than the median rank")
     render_findings(doc, console)
 
 
 def _render_critical_path(paths: list[dict], console) -> None:
     """Per rank: the critical path's length and where its time goes (% of the path)."""
+    from ..terminal import hang
+
     ok = [p for p in paths if "error" not in p]
     if ok:
         rows, more = _notable(ok, "length_us")
@@ -309,13 +340,16 @@ def _render_critical_path(paths: list[dict], console) -> None:
                                _short(p["top_events"][0]["name"], 40) + f" ({p['top_events'][0]['pct']:.0f}%)"
                                if p["top_events"] else ""] for p in rows]))
         for n in _merge_rank_notes([f"rank {p['rank']}: {n}" for p in ok for n in p["notes"]]):
-            console.print(f"  critical path note: {n}", highlight=False)
+            hang(console, "  critical path note: ", n)
     for n in _merge_rank_notes([f"rank {p['rank']}: {p['error']}" for p in paths if "error" in p]):
-        console.print(f"Critical path not computed: {n}", highlight=False)
+        hang(console, "Critical path not computed: ", n)
 
 
 def render_findings(doc: dict, console) -> None:
-    """Findings grouped across ranks; an effect is printed under its cause, not apart."""
+    """Findings grouped across ranks; an effect is printed under its cause, not apart (what
+    ``--quiet`` prints)."""
+    from ..terminal import hang
+
     findings = doc["findings"]
     th = doc.get("thresholds", {})
     small: dict[str, list[dict]] = {}  # patterns over their threshold on some rank, never with enough at stake
@@ -324,17 +358,16 @@ def render_findings(doc: dict, console) -> None:
             small.setdefault(c["pattern"], []).append(c)
     small = {p: cs for p, cs in small.items() if p not in {f["pattern"] for f in findings}}
     if small:
-        parts = [f"{p} (ranks {rank_ranges([c['rank'] for c in cs])}, at most "
+        parts = [f"{p} ({words.noun(len({c['rank'] for c in cs}), 'rank')} {rank_ranges([c['rank'] for c in cs])}, at most "
                  f"{max(c['share_of_span_pct'] for c in cs):.2g}% of the span)" for p, cs in sorted(small.items())]
-        console.print(f"Over their threshold with less than {th.get('min_time_share_pct', 0):g}% of the span at "
-                      f"stake, not reported (checks.csv; --min-impact 0 shows them): {', '.join(parts)}",
-                      highlight=False)
+        hang(console, "", f"Over their threshold with less than {th.get('min_time_share_pct', 0):g}% of the span at "
+                          f"stake, not reported (checks.csv; --min-impact 0 shows them): {', '.join(parts)}")
     if not findings:
-        console.print(f"No anti-pattern found (no check over its threshold with at least "
-                      f"{th.get('min_time_share_pct', 0):g}% of the span at stake).", highlight=False)
+        hang(console, "", f"No anti-pattern found (no check over its threshold with at least "
+                          f"{th.get('min_time_share_pct', 0):g}% of the span at stake).")
         return
-    console.print(f"[bold]Findings[/bold] (time at stake >= {th.get('min_time_share_pct', 0):g}% of the span; "
-                  "biggest first, counting the idle a cause leads to)")
+    console.print(f"[bold]Findings[/bold] (at stake >= {th.get('min_time_share_pct', 0):g}% of the span; biggest "
+                  "first, with the idle each causes)")
     by_pattern = {f["pattern"]: f for f in findings}
     # an effect is printed once, under its biggest cause
     primary = {f["pattern"]: f["caused_by"][0]["pattern"] for f in findings if f["caused_by"]}
@@ -349,16 +382,19 @@ def render_findings(doc: dict, console) -> None:
                    if f["pattern"] == "many_short_kernels" else
                    "begins inside these calls (the GPU drained while the CPU waited)")
             where = ("rank " if link["ranks_text"].isdigit() else "ranks ") + link["ranks_text"]
-            console.print(f"   leads to: {link['idle_us']:,.0f} us of GPU idle ({link['share_of_idle_pct']:g}% of "
-                          f"the idle on {where}) {how}", highlight=False)
+            hang(console, "   ", f"leads to: {link['idle_us']:,.0f} us of GPU idle ({link['share_of_idle_pct']:g}% of "
+                                  f"the idle on {where}) {how}")
             if primary.get(link["pattern"]) == f["pattern"]:
                 _print_finding(console, by_pattern[link["pattern"]], "   ->", "      ")
 
 
 def _print_finding(console, f: dict, bullet: str, pad: str) -> None:
+    from ..terminal import hang
+
     ind, at, share = f["indicator"], f["time_at_stake_per_rank_us"], f["share_of_span_pct"]
     n, total = len(f["ranks"]), f["ranks_analysed"]
     who = f"rank {f['ranks_text']}" if n == 1 else f"ranks {f['ranks_text']} ({n} of {total})"
+    lead = pad + "   "
     if n == 1 or ind["min"] == ind["max"]:
         value = f"{ind['median']:g}" + ("" if n == 1 else " on each")
     else:
@@ -367,17 +403,18 @@ def _print_finding(console, f: dict, bullet: str, pad: str) -> None:
         stake = f"{at['median']:,.0f} us" + ("" if n == 1 else " per rank")
     else:
         stake = f"median {at['median']:,.0f} us per rank (max {at['max']:,.0f})"
-    console.print(f"{bullet} [bold]{f['title']}[/bold], {who}: {ind['name']} {value}, threshold {ind['threshold']:g}; "
-                  f"time at stake {stake}, {share['median']:.1f}% of the {f['span']}", highlight=False)
+    hang(console, f"{bullet} ", f"[bold]{escape(f['title'])}[/bold], {escape(who)}: {escape(ind['name'])} {value}, "
+                                f"threshold {ind['threshold']:g}; time at stake {stake}, {share['median']:.1f}% of the "
+                                f"{escape(f['span'])}", markup=True)
     if _where(f["where"]):
-        console.print(f"{pad}   where (rank {f['worst_rank']}): {_where(f['where'])}", highlight=False)
+        hang(console, lead, f"where (rank {f['worst_rank']}): {_where(f['where'])}")
     if f["caused_by"]:
         causes = ", ".join(f"{c['pattern']} ({c['share_of_idle_pct']:g}%)" for c in f["caused_by"])
-        console.print(f"{pad}   caused by: {causes}", highlight=False)
+        hang(console, lead, f"caused by: {causes}")
     if f["ranks_triggered_below_min_share"]:
-        console.print(f"{pad}   also over the threshold, with less at stake: ranks "
-                      f"{rank_ranges(f['ranks_triggered_below_min_share'])}", highlight=False)
-    console.print(f"{pad}   fix: {f['fix']}", highlight=False)
+        hang(console, lead, "also over the threshold, with less at stake: ranks "
+                            f"{rank_ranges(f['ranks_triggered_below_min_share'])}")
+    hang(console, lead, f"fix: {f['fix']}")
 
 
 def _where(w: dict) -> str:
@@ -393,14 +430,18 @@ def _where(w: dict) -> str:
     if w.get("largest_gaps"):
         g = w["largest_gaps"][0]
         parts.append(f"largest gap {g['length_us']:,.0f} us at {g['start_us']:,.0f} us (step {g['step']})")
-    return "; ".join(parts)
+    from .where_text import where_details  # the expert findings' evidence (idle causes, shapes, queue)
+    return "; ".join(parts + where_details(w))
 
 
 def render_diff(doc: dict, console, top: int = 20) -> None:
-    console.print(f"[bold]A[/bold] {doc['a']} ({doc['ranks_a']} ranks)  ->  [bold]B[/bold] {doc['b']} "
-                  f"({doc['ranks_b']} ranks); per-rank figures")
+    from ..terminal import hang
+
+    hang(console, "[bold]A[/bold] ", f"{escape(doc['a'])} ({words.count(doc['ranks_a'], 'rank')})  ->  [bold]B[/bold] "
+                                     f"{escape(doc['b'])} ({words.count(doc['ranks_b'], 'rank')}); per-rank figures",
+         markup=True)
     for n in doc.get("notes", []):
-        console.print(f"  note: {n}", highlight=False)
+        hang(console, "  note: ", n)
     sa, sb = doc["summary_a"], doc["summary_b"]
     if sa and sb:
         console.print(f"GPU span {sa['kernel_time_us']:,.0f} -> {sb['kernel_time_us']:,.0f} us, idle "

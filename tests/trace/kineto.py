@@ -56,12 +56,15 @@ class Builder:
 
 
 def training_trace(rank: int = 0, *, short_kernels=False, syncs=False, unhidden_nccl=False, idle=False,
-                   alloc_thrash=False, pageable=False, compute_scale: float = 1.0) -> Builder:
+                   alloc_thrash=False, pageable=False, compute_scale: float = 1.0, launch_bound=False) -> Builder:
+    """``short_kernels`` adds 60 short kernels per step on a second stream while stream 7 is busy (the GPU
+    never waits for them); ``launch_bound`` ends the compute early and then launches 100 kernels of 2 us,
+    each launched only after the previous one ended (the GPU waits ~7 us for each launch)."""
     b = Builder(rank)
     for step in range(4):
         t0 = 1_000_000 + step * STEP_US
         b.cpu(f"ProfilerStep#{step + 1}", t0, STEP_US - 1, cat="user_annotation")
-        n_comp = 10 if idle else (24 if not unhidden_nccl else 20)
+        n_comp = 10 if idle else 22 if launch_bound else (24 if not unhidden_nccl else 20)
         kdur = 400 * compute_scale if not unhidden_nccl else 350
         for i in range(n_comp):
             b.launch("aten::mm", "ampere_sgemm_128x64_nn", t0 + 10 + i * 12, t0 + 100 + i * kdur, kdur)
@@ -75,6 +78,10 @@ def training_trace(rank: int = 0, *, short_kernels=False, syncs=False, unhidden_
             for i in range(60):
                 b.launch("aten::add_", "void at::native::vectorized_elementwise_kernel<4>(int, float*)",
                          t0 + 500 + i * 9, t0 + 3000 + i * 20, 2, stream=8, runtime_dur=7)
+        if launch_bound:
+            for i in range(100):
+                b.launch("aten::add_", "void at::native::vectorized_elementwise_kernel<4>(int, float*)",
+                         t0 + 8910 + i * 9, t0 + 8918 + i * 9, 2)
         copy = "Memcpy HtoD (Pageable -> Device)" if pageable else "Memcpy HtoD (Pinned -> Device)"
         b.launch("aten::copy_", copy, t0 + 300, t0 + 50, 400 if pageable else 40, cat="gpu_memcpy",
                  runtime="cudaMemcpyAsync")

@@ -64,7 +64,11 @@ def test_bad_inputs_exit_2(tmp_path, capsys):
     assert main(["trace", "analyze", str(tmp_path)]) == 2
     assert "no .json" in capsys.readouterr().err
     assert main(["trace", "analyze", f"{REAL}/cpu_gloo_clean", "--ranks", "5"]) == 2
-    assert "rank(s) [5]" in capsys.readouterr().err
+    assert "no trace for rank 5; found ranks 0, 1" in capsys.readouterr().err
+    assert main(["trace", "analyze", f"{REAL}/cpu_gloo_clean", "--ranks", "0,5-6"]) == 2
+    assert "no trace for ranks 5, 6; found ranks 0, 1" in capsys.readouterr().err
+    assert main(["trace", "analyze", f"{REAL}/cpu_gloo_clean", "--ranks", "0-20"]) == 2
+    assert "no trace for ranks 2, 3, 4, 5, 6, 7, 8, 9, ... (19 ranks);" in capsys.readouterr().err
 
 
 def test_diff_sorted_by_impact(tmp_path, capsys):

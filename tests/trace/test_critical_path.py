@@ -11,13 +11,14 @@ from hypothesis import strategies as st
 
 from otel_gpu.trace import critical_path as cp
 from otel_gpu.trace.model import load_set
+from tests.shared_data import needs_shared_data, shared_data
 from kineto import Builder
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES, REFS = ROOT.parent / "shared" / "data" / "traces", ROOT / "tests" / "data" / "hta_extra"
+TRACES, REFS = shared_data("traces"), ROOT / "tests" / "data" / "hta_extra"
 CRAFTED = REFS / "crafted"
 REF_FILES = sorted(REFS.rglob("critical_path.json"))
-needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"shared trace sets not present at {TRACES}")
+needs_traces = needs_shared_data("traces")
 _sets: dict = {}
 
 

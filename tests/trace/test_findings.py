@@ -8,7 +8,8 @@ from kineto import training_trace
 
 PATTERNS = ["many_short_kernels", "too_many_syncs", "unhidden_nccl", "long_gpu_idle", "alloc_thrash",
             "pageable_h2d"]
-FLAG = {"many_short_kernels": "short_kernels", "too_many_syncs": "syncs", "unhidden_nccl": "unhidden_nccl",
+CHECKED = PATTERNS + ["queue_drain_sync", "gemm_misaligned", "gemm_old_arch", "gemm_fp32"]  # tests/trace/test_findings_*.py
+FLAG = {"many_short_kernels": "launch_bound", "too_many_syncs": "syncs", "unhidden_nccl": "unhidden_nccl",
         "long_gpu_idle": "idle", "alloc_thrash": "alloc_thrash", "pageable_h2d": "pageable"}
 REAL = "tests/data/traces"
 
@@ -22,7 +23,7 @@ def test_clean_trace_has_no_findings(tmp_path):
     doc = run(tmp_path)
     assert doc["findings"] == []
     checks = {c["pattern"]: c for c in doc["checks"]}
-    assert set(checks) == set(PATTERNS)
+    assert set(checks) == set(CHECKED)
     assert checks["too_many_syncs"]["value"] == 1.0  # one sync per step is measured, under the threshold
     assert checks["long_gpu_idle"]["value"] < 5
 
@@ -39,9 +40,9 @@ def test_each_pattern_present(tmp_path, pattern):
 
 
 def test_where_names_ops_kernels_and_streams(tmp_path):
-    short = run(tmp_path, short_kernels=True)["findings"][0]
+    short = run(tmp_path, launch_bound=True)["findings"][0]
     assert short["where"]["kernels"][0][0].startswith("void at::native::vectorized_elementwise_kernel")
-    assert short["where"]["ops"] == [["aten::add_", 180]] and short["where"]["streams"] == [8]
+    assert short["where"]["ops"] == [["aten::add_", 300]] and short["where"]["streams"] == [7]
     assert short["where"]["steps"] == [1, 2, 3]  # the last step is excluded, as in HTA
 
 

@@ -21,13 +21,14 @@ from otel_gpu.trace.call_stack import _walk, build, event_order
 from otel_gpu.trace.cli import MAX_OPERATOR_CHARS, _operator
 from otel_gpu.trace.kernel_sequences import frequent_sequences, pool_ranks
 from otel_gpu.trace.model import load_set
+from tests.shared_data import needs_shared_data, shared_data
 from kineto import training_trace
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES, REFS = ROOT.parent / "shared" / "data" / "traces", ROOT / "tests" / "data" / "hta_extra"
+TRACES, REFS = shared_data("traces"), ROOT / "tests" / "data" / "hta_extra"
 SETS = sorted(str(p.parent.relative_to(REFS)) for p in REFS.rglob("kernel_sequences_run_info.json"))
 SHARED = [n for n in SETS if not n.startswith("built/")]
-needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason=f"shared trace sets not present at {TRACES}")
+needs_traces = needs_shared_data("traces")
 CLEAN = "tests/data/traces/cpu_gloo_clean"
 
 

@@ -1,15 +1,14 @@
 """Parity with HTA 0.5.0: every trace set in shared/data/traces against the CSVs HTA produced there."""
 import csv
 import math
-from pathlib import Path
 
 import pytest
 
 from otel_gpu.trace import breakdown, idle, launch
 from otel_gpu.trace.model import load_set
+from tests.shared_data import reason, shared_data
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
-TRACES, REFS = DATA / "traces", DATA / "hta_reference"
+TRACES, REFS = shared_data("traces"), shared_data("hta_reference")
 
 
 def _sets():
@@ -19,7 +18,7 @@ def _sets():
 
 
 SETS = _sets()
-pytestmark = pytest.mark.skipif(not SETS, reason=f"no HTA reference data under {REFS}")
+pytestmark = pytest.mark.skipif(not SETS, reason=reason("hta_reference"))
 _cache: dict = {}
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from otel_gpu.trace.parse import TraceFormatError, read_trace
+from tests.shared_data import require_shared_data
 from kineto import training_trace
 
 REAL = "tests/data/traces/cpu_gloo_sync_straggler/rank1.pt.trace.json.gz"
@@ -88,9 +89,7 @@ def test_missing_file(tmp_path):
 
 
 def test_legacy_2021_format_fields():
-    src = "../shared/data/traces/edge_cases/kineto_tb_plugin_resnet50"
-    if not os.path.isdir(src):
-        pytest.skip("shared legacy trace not present")
+    src = str(require_shared_data("traces", "edge_cases", "kineto_tb_plugin_resnet50"))
     ev = read_trace(os.path.join(src, os.listdir(src)[0]))
     assert "Kernel" in ev.names and "Runtime" in ev.names
     assert (ev.external_id >= 0).sum() > 1000  # legacy "external id" spelling is read too

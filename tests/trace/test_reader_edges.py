@@ -30,7 +30,7 @@ def one_rank(tmp_path, name):
 @pytest.mark.parametrize("name, message", [
     ("not_a_trace_array.json", "not an object: 3"),
     ("empty_events.json", "'traceEvents' is empty"),
-    ("no_duration_events.json", "none of the 1 elements"),
+    ("no_duration_events.json", "no duration event (with ts, dur and cat) among the 1 element of"),
     ("string_ts_only.json", "ts missing or not a number: 1"),
 ])
 def test_non_traces_refused_with_exit_2(tmp_path, capsys, name, message):
@@ -42,8 +42,8 @@ def test_non_traces_refused_with_exit_2(tmp_path, capsys, name, message):
 
 
 @pytest.mark.parametrize("name, kept, note", [
-    ("stream_2pow70.json", 3, "1 events kept with a field cleared (stream/correlation/external id beyond int64"),
-    ("ts_10pow400.json", 2, "1 events not analysed (ts not finite or beyond 2^53 us: 1)"),
+    ("stream_2pow70.json", 3, "1 event kept with a field cleared (stream/correlation/external id beyond int64"),
+    ("ts_10pow400.json", 2, "1 event not analysed (ts not finite or beyond 2^53 us: 1)"),
     ("negative_and_infinite_dur.json", 2, "2 events not analysed (negative dur: 1, dur not finite"),
     ("string_ts_mixed.json", 2, "2 events not analysed (ts missing or not a number: 1, dur not a number: 1)"),
 ])
