@@ -122,7 +122,7 @@ def layout(width: int, cols: Sequence[Col], rows: Sequence[Sequence[str]]) -> tu
 
 
 class FitTable:
-    """A rich renderable: the title on its own line(s), the table at the width it is rendered at,
+    """A rich renderable: the title on its own lines (`title_lines`), the table at the width it is rendered at,
     and a line naming the columns left out at that width (``note`` says where they are, e.g.
     "all in --csv")."""
 
@@ -136,14 +136,15 @@ class FitTable:
 
         width = options.max_width
         kept, widths = layout(width, self.cols, self.rows)
-        yield Text(self.title, style="bold", overflow="fold")
+        for line in title_lines(self.title, width):
+            yield Text(line, style="bold", no_wrap=True, overflow="ignore")
         t = Table(box=box.HEAVY_HEAD, show_lines=False)
         for i, w in zip(kept, widths):
             c = self.cols[i]
             # a header wraps at its spaces, a name folds; a number is never narrower than itself
-            t.add_column(c.header, justify="left" if c.text or c.left else "right", overflow="fold", width=w)
-        for r in self.rows:
-            t.add_row(*[r[i] for i in kept])
+            t.add_column(Text(c.header), justify="left" if c.text or c.left else "right", overflow="fold", width=w)
+        for r in self.rows:   # cells are plain text: a name holding "[...]" is shown as it is, never as markup
+            t.add_row(*[Text(r[i]) for i in kept])
         yield t
         left = [self.cols[i].header for i in range(len(self.cols)) if i not in kept]
         if left:
@@ -151,15 +152,77 @@ class FitTable:
                        + ")", style="dim", overflow="fold")
 
 
+_PATH = re.compile(r"[/\\]")   # a word holding a path (or a URL): never cut, so that it can be copied
+
+
+def break_offsets(plain: str, width: int) -> list[int]:
+    """Where to cut ``plain`` (one line) into lines of at most ``width`` cells: before a word that
+    would pass the width; a word longer than a line is folded, except a path (a word with ``/`` or
+    ``\\``), which stays whole on a line of its own, longer than ``width``, so that it stays copyable."""
+    from rich.cells import cell_len
+
+    offsets: list[int] = []
+    start, has_word = 0, False
+    for m in re.finditer(r"\S+", plain):
+        if has_word and cell_len(plain[start:m.end()]) > width:
+            offsets.append(m.start())
+            start = m.start()
+        has_word = True
+        if cell_len(plain[start:m.end()]) > width and not _PATH.search(m.group()):
+            used = cell_len(plain[start:m.start()])
+            for j in range(m.start(), m.end()):
+                c = cell_len(plain[j])
+                if used + c > width and j > start:
+                    offsets.append(j)
+                    start, used = j, 0
+                used += c
+    return offsets
+
+
+def _phrases(text: str) -> list[str]:
+    """``text`` cut after each "; " and ", " and before each " (": the places a title may wrap at."""
+    return [p for p in re.split(r"(?<=[;,]) +| +(?=\()", text) if p]
+
+
+def title_lines(title: str, width: int, indent: int = 2) -> list[str]:
+    """A title that fits ``width`` cells, wrapped where it does not: between phrases (at "; ",
+    ", ", before " ("), the continuation lines indented by ``indent``; a phrase longer than a line
+    wraps at its spaces (``break_offsets``)."""
+    from rich.cells import cell_len
+
+    if cell_len(title) <= width:
+        return [title]
+    lines: list[str] = []
+    cur = ""
+    for phrase in _phrases(title):
+        room = width - (indent if lines else 0)
+        joined = f"{cur} {phrase}" if cur else phrase
+        if cell_len(joined) <= room:
+            cur = joined
+            continue
+        if cur:
+            lines.append(cur)
+        cur = phrase
+        while cuts := break_offsets(cur, width - (indent if lines else 0)):
+            lines.append(cur[:cuts[0]].rstrip())
+            cur = cur[cuts[0]:]
+    lines.append(cur)
+    return [lines[0]] + [" " * indent + line for line in lines[1:]]
+
+
 def hang(con, lead: str, text: str, markup: bool = False) -> None:
     """``lead`` then ``text`` wrapped at the console's width, continuation lines under the text
-    (a hanging indent); ``markup``: ``text`` holds rich markup."""
-    from rich.cells import cell_len
+    (a hanging indent; a path is never cut: see `break_offsets`); ``markup``: ``lead`` and ``text``
+    hold rich markup."""
     from rich.text import Text
 
-    pad = cell_len(lead)
+    head = Text.from_markup(lead) if markup else Text(lead)
+    pad = head.cell_len
     body = Text.from_markup(text) if markup else Text(text)
-    lines = body.wrap(con, max(20, con.width - pad), overflow="fold")
-    for i, line in enumerate(lines):
-        line.rstrip()
-        con.print(Text(lead if i == 0 else " " * pad) + line, overflow="fold", crop=False)
+    first = True
+    for para in body.split("\n", allow_blank=True):
+        for line in para.divide(break_offsets(para.plain, max(20, con.width - pad))):
+            line.rstrip()
+            con.print(Text.assemble(head if first else " " * pad, line), no_wrap=True, overflow="ignore",
+                      crop=False, soft_wrap=False)
+            first = False

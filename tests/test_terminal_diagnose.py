@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from otel_gpu.diagnose import report as rp
 from otel_gpu.diagnose.findings import Finding
 from otel_gpu.terminal import wrap_lines
-from otel_gpu.words import count
+from otel_gpu.words import all_of, count, noun, plural_of
 from tests.childenv import REPO, clean_env
 
 LABEL = re.compile(r"^(\d+\. |   (seen|why|do|where|when):\s+|  note: |otel-gpu diagnose: )")
@@ -112,3 +112,13 @@ def test_counts_take_the_singular_for_one_only(n):
     assert s == (f"{n:,} rank" if n == 1 else f"{n:,} ranks")
     assert count(n, "process").endswith("process" if n == 1 else "processes")
     assert count(float(n), "step") == count(n, "step") and count(1.5, "step") == "1.5 steps"
+
+
+@given(n=st.integers(0, 10**4),
+       word=st.sampled_from(["rank", "GPU", "pass", "query", "day", "process", "box", "patch"]))
+def test_nouns_agree_with_their_count(n, word):
+    many = {"rank": "ranks", "GPU": "GPUs", "pass": "passes", "query": "queries", "day": "days",
+            "process": "processes", "box": "boxes", "patch": "patches"}[word]
+    assert plural_of(word) == many and noun(n, word) == (word if n == 1 else many)
+    assert count(n, word).split(" ", 1)[1] == noun(n, word)
+    assert all_of(n, word) == (f"the only {word}" if n == 1 else f"all {n:,} {many}")

@@ -1,6 +1,7 @@
-"""`otel-gpu agent`'s live view in a real pseudo-terminal of 80x24 and 120x24: every frame fits (no
-line wider than the terminal, no more lines than it has), the metrics URL is printed once per frame
-and nowhere else, and fake GPUs say they are fake."""
+"""`otel-gpu agent`'s live view in a real pseudo-terminal of 60x24, 80x24 and 120x24: every frame fits
+(no line wider than the terminal, no more lines than it has), the metrics URL is printed once per frame
+and nowhere else, and fake GPUs say they are fake; narrower than 80 columns the columns of least use
+are left out, named, never cut."""
 from __future__ import annotations
 
 import fcntl
@@ -71,7 +72,7 @@ def frames(raw: str) -> list[list[str]]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cols", [80, 120])
+@pytest.mark.parametrize("cols", [60, 80, 120])
 def test_the_live_view_fits_the_terminal_and_says_the_url_once(cols):
     port = free_port()
     raw = run_in_pty([sys.executable, "-m", "otel_gpu", "agent", "--fake-gpus", "8", "--live",
@@ -82,11 +83,15 @@ def test_the_live_view_fits_the_terminal_and_says_the_url_once(cols):
     for shot in shots:
         assert len(shot) <= 24, "\n".join(shot)
         assert all(cell_len(line) <= cols for line in shot), "\n".join(line for line in shot if cell_len(line) > cols)
-        assert shot[0].startswith("Prometheus metrics on " + url) and "Ctrl-C" in shot[0]
+        assert shot[0].startswith("Prometheus metrics on " + url) and ("Ctrl-C" in shot[0] or cols < 80)
         assert sum(line.count(url) for line in shot) == 1
+        gpu_head = next(line for line in shot if line.startswith("GPU "))
+        assert gpu_head.split()[:5] == ["GPU", "name", "util", "SM", "act"] and "…" not in gpu_head
+        assert any(line.startswith("(left out: temp, power)") for line in shot) is (cols == 60)
         assert shot[1].startswith("FAKE GPUs (--fake-gpus 8)")
         assert sum(1 for line in shot if re.match(r"\d+ +H100 80GB HBM3 ", line)) == 8
-    assert CSI.sub("", raw).count(url) == CSI.sub("", raw).count("Ctrl-C")   # never outside the view's first line
+    plain = CSI.sub("", raw)
+    assert plain.count(url) == plain.count("Prometheus metrics on " + url)   # never outside the view's first line
 
 
 def render(width: int, view) -> list[str]:
@@ -112,3 +117,24 @@ def test_the_header_is_one_line_at_any_width(width):
         lines = render(width, header_line(outputs, 0.5))
         assert len(lines) == 1 and cell_len(lines[0]) <= width
         assert lines[0].startswith((outputs or "no outputs")[:width - 1])
+
+
+@pytest.mark.parametrize("width, gone", [(45, ["temp", "power", "tensor", "name"]), (60, ["temp", "power"]),
+                                         (66, ["temp"]), (69, [])])
+def test_a_narrow_view_leaves_columns_out_instead_of_cutting_them(width, gone):
+    now, prev = busy_node(12, 3, 1, 3, 2.0), busy_node(12, 3, 1, 3, 1.0)
+    lines = render(width, node_view(now, prev, 1.0, fake_gpus=True))
+    assert len(lines) <= 23 and all(cell_len(line) <= width for line in lines), "\n".join(lines)
+    head = lines.index(next(line for line in lines if line.startswith("GPU ")))
+    rows = lines[head + 1:head + 9]
+    assert all(re.match(r"\d+ ", row) for row in rows) and not any("…" in x for x in lines[head:head + 9])
+    assert all(re.search(r"99\.0% +21\.0% .*79\.5/80 GiB", row) for row in rows)   # nothing cut, only left out
+    shown = [c for c in ("name", "util", "SM act", "tensor", "memory", "power", "temp") if c in lines[head]]
+    assert shown == [c for c in ("name", "util", "SM act", "tensor", "memory", "power", "temp") if c not in gone]
+    # the line under the GPUs names what was left out, the least useful first
+    more = "+4 more GPUs: mean util  99.0%, SM act  21.0%"
+    assert lines[head + 9] == (f"(left out: {', '.join(gone)})" if gone else more)
+    link = next(line for line in lines if line.startswith("link "))
+    assert "rx" in link.split() and "…" not in link
+    cpu = next(line for line in lines if line.startswith("CPU "))
+    assert re.fullmatch(r"CPU user 25\.0% .*iowait 25\.0%  memory 50\.0%.*", cpu), cpu   # never cut mid-figure

@@ -1,7 +1,8 @@
 """`otel-gpu trace analyze|diff` fit the terminal they print on: at 80 and 120 columns no line is
 longer than the terminal, table titles stay whole on their line, headers wrap at their spaces (never
-cut), the columns left out are named; --quiet prints the findings only; the HTA rounding note only
-with --verbose."""
+cut), the columns left out are named; a longer title wraps between its phrases under a hanging
+indent; a path is never cut (it may pass the width, alone, so that it can be copied); --quiet prints
+the findings only; the HTA rounding note only with --verbose."""
 from __future__ import annotations
 
 import re
@@ -14,7 +15,7 @@ from rich.cells import cell_len
 from rich.console import Console
 
 from otel_gpu.cli import main
-from otel_gpu.terminal import Col, FitTable, fit_columns, hang, min_width
+from otel_gpu.terminal import Col, FitTable, break_offsets, fit_columns, hang, min_width, title_lines
 from tests.shared_data import needs_shared_data, shared_data
 
 sys.path.insert(0, str(Path(__file__).parent / "trace"))
@@ -173,6 +174,72 @@ def test_hanging_text_fits_and_hangs(width, lead, text):
     con = Console(width=width, record=True, file=open("/dev/null", "w"))
     hang(con, lead, text)
     lines = con.export_text().splitlines()
-    assert all(cell_len(line) <= max(width, len(lead) + 20) for line in lines)
+    room = max(width, len(lead) + 20)
+    for line in lines:   # only a path longer than the line passes the width: whole, alone on its line
+        assert cell_len(line) <= room or (len(line.split()) == 1 + (line is lines[0] and bool(lead.strip()))
+                                          and re.search(r"[/\\]", line.split()[-1])), line
     assert lines[0].startswith(lead) and all(line.startswith(" " * len(lead)) for line in lines[1:])
     assert " ".join(" ".join(line[len(lead):].split()) for line in lines).replace(" ", "") == text.replace(" ", "")
+
+
+@pytest.fixture(scope="module")
+def deep_set(tmp_path_factory):
+    """Two ranks in a folder whose path is longer than 80 columns; rank 0 has an event of negative "dur"
+    (a note naming its file)."""
+    d = tmp_path_factory.mktemp("deep") / ("a_folder_with_a_long_name_" * 2) / ("another_long_folder_name_" * 2)
+    d.mkdir(parents=True)
+    r0 = training_trace(0, short_kernels=True)
+    r0.events.append({"ph": "X", "cat": "cpu_op", "name": "bad_duration", "pid": 1, "tid": 1, "ts": 5, "dur": -5})
+    r0.write(str(d / "r0.json"))
+    training_trace(1).write(str(d / "r1.json"))
+    return str(d)
+
+
+def test_at_80_columns_paths_stay_whole_and_a_long_title_wraps_between_phrases(deep_set, capsys, monkeypatch):
+    assert len(deep_set) > 80
+    lines = analyze(capsys, monkeypatch, 80, "analyze", deep_set, "--kernel-sequences", "ProfilerStep")
+    assert lines[:2] == [f"Trace set {deep_set}", "          2 ranks (0-1)"]
+    (note,) = [line for line in lines if line.startswith("  note: ") and "r0.json" in line]
+    assert note == f"  note: {deep_set}/r0.json:"   # the path whole, on the note's first line
+    assert lines[lines.index(note) + 1] == "        1 event not analysed (negative dur: 1)"   # the rest hangs under it
+    check_fits([line for line in lines if deep_set not in line], 80)   # every other line within 80 columns
+    title = "Frequent kernel sequences under 'ProfilerStep' (top 5 of 6 patterns,"
+    assert title in lines   # the title wraps between phrases, its second line under a 2-space indent
+    assert lines[lines.index(title) + 1] == "  ops launching >= 3 kernels; counts and us summed over ranks)"
+    assert lines[lines.index(title) + 2].startswith("┏")
+
+
+def test_diff_keeps_both_paths_whole(deep_set, gpu_set, capsys, monkeypatch):
+    lines = analyze(capsys, monkeypatch, 80, "diff", gpu_set, deep_set)
+    assert lines[0] == f"A {gpu_set} (2 ranks)  ->  B"
+    assert lines[1] == f"  {deep_set}" and lines[2].startswith("  (2 ranks); per-rank figures")
+
+
+phrase = st.lists(st.text(st.characters(min_codepoint=33, max_codepoint=126, blacklist_characters="/\\;,("),
+                          min_size=1, max_size=25), min_size=1, max_size=6).map(" ".join)
+
+
+@settings(max_examples=100, deadline=None)
+@given(width=st.integers(20, 160), parts=st.lists(st.tuples(phrase, st.sampled_from([", ", "; ", " ("])),
+                                                  min_size=1, max_size=8))
+def test_a_title_wraps_only_between_phrases_or_words_where_it_must(width, parts):
+    title = "".join(p + sep for p, sep in parts).rstrip(" (")
+    lines = title_lines(title, width)
+    assert all(cell_len(line) <= width for line in lines)
+    assert lines[0] == title or all(line.startswith("  ") and line[2] != " " for line in lines[1:])
+    assert " ".join(line.strip() for line in lines).replace(" ", "") == title.replace(" ", "")
+    for a, b in zip(lines, lines[1:]):   # a break where the next word fits on the line is at a phrase's end
+        nxt = b.split()[0]
+        assert cell_len(f"{a} {nxt}") > width or a.endswith((",", ";")) or nxt.startswith("(")
+
+
+@settings(max_examples=100, deadline=None)
+@given(width=st.integers(20, 120), before=phrase, after=phrase,
+       path=st.lists(st.text("abcdefghij_.-0123456789", min_size=1, max_size=30), min_size=2, max_size=8)
+       .map(lambda p: "/" + "/".join(p)))
+def test_a_path_is_never_cut(width, before, after, path):
+    text = f"{before} {path} {after}"
+    cuts = [0, *break_offsets(text, width), len(text)]
+    lines = [text[a:b].strip() for a, b in zip(cuts, cuts[1:])]
+    assert sum(path in line.split() for line in lines) == 1
+    assert all(cell_len(line) <= width for line in lines if path not in line)

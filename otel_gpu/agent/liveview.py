@@ -72,6 +72,68 @@ def _table(*columns: str):
     return t
 
 
+GAP = 2   # columns between two table columns (padding 1 on each side, none at the edges)
+
+
+def _cells(text: str) -> int:
+    from rich.text import Text
+
+    return Text.from_markup(text).cell_len
+
+
+def kept_columns(width: int, columns: list[str], priority: list[int], rows: list[list[str]]) -> list[int]:
+    """Indices of the columns kept so that every row fits ``width`` unwrapped: the highest priority
+    number is left out first (0: always kept), among equals the rightmost (pure)."""
+    need = [max([_cells(columns[i])] + [_cells(r[i]) for r in rows]) for i in range(len(columns))]
+    kept = list(range(len(columns)))
+    for i in sorted((i for i, p in enumerate(priority) if p), key=lambda i: (-priority[i], -i)):
+        if sum(need[k] for k in kept) + GAP * (len(kept) - 1) <= width:
+            break
+        kept.remove(i)
+    return kept
+
+
+class FitColumns:
+    """A table of the view at the width it is drawn at: rather than every column cut, the columns
+    of least use are left out, and a dim line says which."""
+
+    def __init__(self, columns: list[str], priority: list[int], rows: list[list[str]]):
+        self.columns, self.priority, self.rows = columns, priority, rows
+
+    def __rich_console__(self, con, options):
+        from rich.text import Text
+
+        width = options.max_width
+        kept = kept_columns(width, self.columns, self.priority, self.rows)
+        t = _table(*[self.columns[i] for i in kept])
+        for r in self.rows:
+            t.add_row(*[r[i] for i in kept])
+        yield t
+        order = sorted(range(len(self.columns)), key=lambda i: (-self.priority[i], -i))   # the order they go in
+        left = [self.columns[i] for i in order if i not in kept and self.columns[i]]
+        if left:
+            yield Text(f"(left out: {', '.join(left)})", style="dim", no_wrap=True, overflow="ellipsis")
+
+
+class FitLine:
+    """One line of labelled figures at the width it is drawn at: the parts of least use left out
+    (highest priority number first) rather than the line cut."""
+
+    def __init__(self, parts: list[tuple[str, int]], sep: str = " "):
+        self.parts, self.sep = parts, sep
+
+    def __rich_console__(self, con, options):
+        from rich.text import Text
+
+        width, kept = options.max_width, list(range(len(self.parts)))
+        line = lambda: self.sep.join(self.parts[i][0] for i in kept)   # noqa: E731
+        for i in sorted((i for i, (_, p) in enumerate(self.parts) if p), key=lambda i: (-self.parts[i][1], -i)):
+            if _cells(line()) <= width:
+                break
+            kept.remove(i)
+        yield Text(line(), no_wrap=True, overflow="ellipsis")
+
+
 def _size(used: float | None, limit: float | None) -> str:
     if used is None or not limit:
         return "-"
@@ -81,6 +143,7 @@ def _size(used: float | None, limit: float | None) -> str:
 def node_view(now: Snapshot, prev: Snapshot, dt: float, fake_gpus: bool = False):
     """The node in at most 23 lines of 80 columns: GPUs (one row each, up to 8), one CPU/memory line,
     the busiest network links against their speed, the busiest disks; from two snapshots `dt` s apart.
+    Narrower than that, the columns of least use are left out (a line says which) rather than cut.
     ``fake_gpus``: the GPUs are simulated (--fake-gpus), and the view says so above them."""
     from rich.console import Group
     from rich.text import Text
@@ -91,19 +154,21 @@ def node_view(now: Snapshot, prev: Snapshot, dt: float, fake_gpus: bool = False)
         parts.append(Text(f"FAKE GPUs (--fake-gpus {len(uuids)}): simulated readings, not this machine's",
                           style="bold yellow", no_wrap=True, overflow="ellipsis"))
     if uuids:
-        gpus = _table("GPU", "name", "util", "SM act", "tensor", "memory", "power", "temp")
+        rows = []
         for uuid in uuids[:MAX_GPU_ROWS]:
             m = {names.HW_ID: uuid}
             failed = _one(now, names.GPU_STATUS, **m, **{names.HW_STATE: "failed"})
             label = next((dict(a).get(names.HW_NAME, "") for a in now.get(names.GPU_MEMORY_LIMIT.name, {})
                           if dict(a).get(names.HW_ID) == uuid), "")
             power, temp = _one(now, names.GPU_POWER, **m), _one(now, names.GPU_TEMPERATURE, **m)
-            gpus.add_row(str(_gpu_index(now, uuid)), "[red]LOST[/]" if failed else _short_name(label),
+            rows.append([str(_gpu_index(now, uuid)), "[red]LOST[/]" if failed else _short_name(label),
                          _pct(_one(now, names.GPU_UTILIZATION, **m)), _pct(_one(now, names.GPU_SM_ACTIVITY, **m)),
                          _pct(_one(now, names.GPU_TENSOR_ACTIVITY, **m)),
                          _size(_one(now, names.GPU_MEMORY_USAGE, **m), _one(now, names.GPU_MEMORY_LIMIT, **m)),
-                         "-" if power is None else f"{power:.0f} W", "-" if temp is None else f"{temp:.0f} C")
-        parts.append(gpus)
+                         "-" if power is None else f"{power:.0f} W", "-" if temp is None else f"{temp:.0f} C"])
+        # narrower than ~62 columns: temperature, then power, tensor activity and the name are left out
+        parts.append(FitColumns(["GPU", "name", "util", "SM act", "tensor", "memory", "power", "temp"],
+                                [0, 1, 0, 0, 2, 0, 3, 4], rows))
         rest = uuids[MAX_GPU_ROWS:]
         if rest:
             utils = [u for u in (_one(now, names.GPU_UTILIZATION, **{names.HW_ID: x}) for x in rest) if u is not None]
@@ -114,8 +179,10 @@ def node_view(now: Snapshot, prev: Snapshot, dt: float, fake_gpus: bool = False)
     cpu = [f"{label} {_pct(_one(now, names.CPU_UTILIZATION, **{names.CPU_MODE: m})).strip()}"
            for label, m in (("user", "user"), ("sys", "system"), ("iowait", "iowait"), ("idle", "idle"))]
     load = _one(now, names.LOAD_1M)
-    parts.append(Text("CPU " + " ".join(cpu) + f"  memory {_pct(_one(now, names.MEMORY_UTILIZATION)).strip()}"
-                      + ("" if load is None else f"  load {load:.1f}"), no_wrap=True, overflow="ellipsis"))
+    # narrow: the idle share (100% less the others), the load average, then the system share are left out
+    parts.append(FitLine([("CPU", 0), (cpu[0], 0), (cpu[1], 1), (cpu[2], 0), (cpu[3], 3),
+                          (f" memory {_pct(_one(now, names.MEMORY_UTILIZATION)).strip()}", 0)]
+                         + ([] if load is None else [(f" load {load:.1f}", 2)])))
 
     links = []
     for iface in _by(now, names.NET_IO, names.IFACE):
@@ -130,12 +197,11 @@ def node_view(now: Snapshot, prev: Snapshot, dt: float, fake_gpus: bool = False)
                       _one(now, names.NET_LIMIT, **m)))
     if links:
         links.sort(key=lambda x: (-((x[1] or 0) + (x[2] or 0)), x[0]))
-        net = _table("link", "", "rx", "tx", "speed", "rx %", "tx %")
-        for name, rx, tx, limit in links[:MAX_NET_ROWS]:
-            net.add_row(name[:16], "", _bytes(rx, True), _bytes(tx, True), _bytes(limit, True),
-                        _pct(rx / limit) if rx is not None and limit else "-",
-                        _pct(tx / limit) if tx is not None and limit else "-")
-        parts.append(net)
+        rows = [[name[:16], "", _bytes(rx, True), _bytes(tx, True), _bytes(limit, True),
+                 _pct(rx / limit) if rx is not None and limit else "-",
+                 _pct(tx / limit) if tx is not None and limit else "-"] for name, rx, tx, limit in links[:MAX_NET_ROWS]]
+        # narrow: the link speed (and the spacer column) are left out first, the shares of it stay longer
+        parts.append(FitColumns(["link", "", "rx", "tx", "speed", "rx %", "tx %"], [0, 2, 0, 0, 2, 1, 1], rows))
         if len(links) > MAX_NET_ROWS:
             parts.append(Text(f"+{words.count(len(links) - MAX_NET_ROWS, 'quieter link')}", style="dim"))
 

@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from ..words import count
+
 HELP = """Regenerate grafana/dashboards/*.json from the *.dashboard.py definitions next to them.
 
   otel-gpu dashboards                 write the JSON next to the definitions
@@ -63,7 +65,8 @@ def run(args) -> int:
         if problems:
             print("otel-gpu dashboards: run `otel-gpu dashboards` and commit the JSON", file=sys.stderr)
             return 1
-        print(f"{len(generated)} dashboards match their definitions")
+        n = len(generated)
+        print(f"{count(n, 'dashboard')} {'matches its definition' if n == 1 else 'match their definitions'}")
         return 0
     for path in build.write(generated, out):
         print(path)

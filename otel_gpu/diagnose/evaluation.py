@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 
+from ..words import count
 from . import fmt
 from . import timeseries as ts
 from .findings import Finding, severity_for
@@ -84,7 +85,7 @@ def evaluation(w: Window, th: Thresholds) -> list[Finding]:
     ranges, every = passes(w)
     seen = f"rank {r.rank} on {r.host} evaluated {fmt.secs(secs)} of {fmt.secs(wall)}"
     if ranges:
-        seen += (f" ({len(ranges)} pass{'es' if len(ranges) > 1 else ''} seen"
+        seen += (f" ({count(len(ranges), 'pass')} seen"
                  + (f", one every {fmt.secs(every)}" if every else "") + ")")
     waited = r.collective_by_phase.get(PHASE, 0.0)
     if waited > 0:

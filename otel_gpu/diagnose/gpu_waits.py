@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 
 from .. import names as N
+from ..words import count, noun
 from . import fmt
 from .findings import Finding, missing_input, severity_for
 from .model import RankStats, Window
@@ -48,7 +49,7 @@ def why_unmeasured(ranks: list[RankStats]) -> str:
     for r in ranks:
         for reason in sorted(r.collective_unmeasured):
             said.setdefault(REASON_TEXT.get(reason, reason), []).append(r.rank)
-    return "".join(f"; rank(s) {fmt.compact(v)}: {k}" for k, v in said.items())
+    return "".join(f"; {noun(len(v), 'rank')} {fmt.compact(v)}: {k}" for k, v in said.items())
 
 
 def mixed_bases(rule: str, what: str, ranks: list[RankStats]) -> Finding:
@@ -56,7 +57,7 @@ def mixed_bases(rule: str, what: str, ranks: list[RankStats]) -> Finding:
     by = {}
     for r in ranks:
         by.setdefault(r.collective_basis or "host", []).append(r.rank)
-    shown = "; ".join(f"{b}: rank(s) {fmt.compact(v)}" for b, v in sorted(by.items()))
+    shown = "; ".join(f"{b}: {noun(len(v), 'rank')} {fmt.compact(v)}" for b, v in sorted(by.items()))
     return missing_input(rule, what, f"ranks report collective time on different bases ({shown}): host-blocked "
                          "(gloo) and GPU-timed (NCCL) seconds are never compared; run every rank on one backend",
                          ["comparable collective time"])
@@ -103,7 +104,7 @@ def straggler(w: Window, th: Thresholds, ranks: list[RankStats], consistency, ca
     where = (f"its host time grew most in {phase.replace('_', ' ')} (+{fmt.secs(grew[phase])} per step)" if located
              else "no host-timed phase of it grew by as much (its extra time is GPU work, which runs ahead of the "
                   "host: compare its kernels with another rank's in a profiler trace)")
-    arrived = (f"it had the least collective time (arrived last) at {fmt.pct(held, 0)} of {points} points in time"
+    arrived = (f"it had the least collective time (arrived last) at {fmt.pct(held, 0)} of {count(points, 'point')} in time"
                if points else "too few points in time to say how often it arrived last")
     table = "; ".join(f"rank {k}: {fmt.secs(v)}" for k, v in coll.items())
     return [Finding(
@@ -141,7 +142,7 @@ def _inconsistent(name: str, late: float, step: float, held: float, points: int)
         severity="info", confidence="medium",
         seen=f"rank {name}'s GPU-timed collective time per step is {fmt.secs(late)} below the others' median "
              f"({fmt.pct(late / step if step else 0.0)} of the step) over the window, yet it arrives last at only "
-             f"{fmt.pct(held, 0)} of {points} points in time",
+             f"{fmt.pct(held, 0)} of {count(points, 'point')} in time",
         why="a rank that holds the others back arrives last all the time; one that changes is noise",
         action="nothing to fix on one rank; if the step time matters, look at the communication finding",
         basis="GPU-timed collective time per step per rank over time; the straggler must have the least at most points",

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import statistics
 
+from ..words import all_of, count
 from . import fmt
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
@@ -62,7 +63,7 @@ def sm_idle(w: Window, th: Thresholds) -> list[Finding]:
     share = lost / total
     util = statistics.fmean(g.util for g in flagged)
     sm = statistics.fmean(g.sm for g in flagged)
-    occ = f" on {len(flagged)} of {len(w.gpus)} GPUs" if len(flagged) < len(w.gpus) else f" on all {len(w.gpus)} GPUs"
+    occ = f" on {len(flagged)} of {len(w.gpus)} GPUs" if len(flagged) < len(w.gpus) else f" on {all_of(len(w.gpus), 'GPU')}"
     sev = th["severity"]
     return [Finding(
         rule="sm_idle",
@@ -193,7 +194,7 @@ def memory_pressure(w: Window, th: Thresholds) -> list[Finding]:
     if swapping:
         n = max(swapping, key=lambda n: (n.swap_pages_per_s or 0, n.swap_used_b or 0))
         out.append(Finding(
-            rule="memory", title=f"host swapping on {len(swapping)} node(s)",
+            rule="memory", title=f"host swapping on {count(len(swapping), 'node')}",
             severity="warning", confidence="high",
             seen=f"{n.host}: peak swap in use {fmt.size(n.swap_used_b)}, {n.swap_pages_per_s or 0:.0f} pages/s "
                  f"swapped, peak memory use {fmt.pct(n.mem_used)}",

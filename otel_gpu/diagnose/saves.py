@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import statistics
 
+from .. import words
 from . import timeseries as ts
 from .model import RankStats, Window
 
@@ -86,5 +87,5 @@ def step_rate_during(w: Window, ranges: list[tuple[float, float]]) -> tuple[floa
     if not outside or statistics.fmean(outside) <= 0:
         return None, "step rate during saves not measured: no step rate outside the saves to compare with"
     share = min(1.0, statistics.fmean(inside) / statistics.fmean(outside))
-    return share, (f"step rate {share * 100:.1f}% of normal during saves ({len(inside)} points wholly inside a "
-                   f"save)")
+    return share, (f"step rate {share * 100:.1f}% of normal during saves ({words.count(len(inside), 'point')} "
+                   "wholly inside a save)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import statistics
 
 from .. import names as N
+from ..words import count, noun
 from . import fmt, gpu_waits
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
@@ -85,7 +86,8 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
                if w.source == "recording" else
                "run the job under `otel-gpu run` or `opentelemetry-instrument`, or import otel_gpu.training before "
                "the loop ")
-            + f"(missing for rank(s) {fmt.compact([r.rank for r in unmeasured])}{gpu_waits.why_unmeasured(unmeasured)})",
+            + f"(missing for {noun(len(unmeasured), 'rank')} {fmt.compact([r.rank for r in unmeasured])}"
+            + f"{gpu_waits.why_unmeasured(unmeasured)})",
             ["collective-wait metric"])]
     bases = {r.collective_basis or "host" for r in ranks}
     if len(bases) > 1 or "mixed" in bases:
@@ -133,7 +135,7 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
         lost_s=lost, lost_share=share,
         basis="busy time per step (step time minus collective wait, checkpoint and eval) of the straggler over the "
               "others' median, x steps x the other ranks"
-              + (f"; the busiest rank at {fmt.pct(held, 0)} of {points} points in time" if points else ""),
+              + (f"; the busiest rank at {fmt.pct(held, 0)} of {count(points, 'point')} in time" if points else ""),
         where={"ranks": [name], "nodes": [r.host]},
         evidence={"lateness_s": round(late, 6), "phase": phase, "consistency": round(held, 3), "points": points, "phase_growth_s": round(grew[phase], 6),
                   "mean_step_s": round(step, 6), "per_rank": per_rank,
@@ -164,7 +166,7 @@ def _inconsistent(name: str, late: float, step: float, held: float, points: int)
         severity="info", confidence="medium",
         seen=f"rank {name}'s busy time per step exceeds the others' median by {fmt.secs(late)} "
              f"({fmt.pct(late / step if step else 0.0)} of the step) over the window, yet it is the busiest rank at "
-             f"only {fmt.pct(held, 0)} of {points} points in time",
+             f"only {fmt.pct(held, 0)} of {count(points, 'point')} in time",
         why="a rank that holds the others back is slower all the time; a difference that moves between ranks is "
             "noise (other processes on the hosts, uneven collectives), not one rank to fix",
         action="nothing to fix on one rank; if the step time matters, look at the communication and host findings",

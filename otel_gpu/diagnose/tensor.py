@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 
+from ..words import all_of
 from . import fmt
 from .findings import Finding
 from .model import GpuStats, Window
@@ -60,7 +61,7 @@ def tensor_idle(w: Window, th: Thresholds) -> list[Finding]:
                "GPU time in elementwise, normalization, softmax/attention or optimizer kernels rather than matmuls"
                + (" (DRAM bandwidth is high: memory-bound kernels)" if memory_bound else ""),
                "matmuls too small or badly shaped to keep the tensor pipes fed (dimensions not multiples of 8/16)"]
-    on = f"on all {len(w.gpus)} GPUs" if len(idle) == len(w.gpus) else f"on {len(idle)} of {len(w.gpus)} GPUs"
+    on = f"on {all_of(len(w.gpus), 'GPU')}" if len(idle) == len(w.gpus) else f"on {len(idle)} of {len(w.gpus)} GPUs"
     return [Finding(
         rule=RULE,
         title=f"tensor pipes active {fmt.pct(tensor)} of the time while SMs are {fmt.pct(sm)} active",

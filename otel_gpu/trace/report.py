@@ -358,7 +358,8 @@ def render_findings(doc: dict, console) -> None:
             small.setdefault(c["pattern"], []).append(c)
     small = {p: cs for p, cs in small.items() if p not in {f["pattern"] for f in findings}}
     if small:
-        parts = [f"{p} ({words.noun(len({c['rank'] for c in cs}), 'rank')} {rank_ranges([c['rank'] for c in cs])}, at most "
+        parts = [f"{p} ({words.noun(len({c['rank'] for c in cs}), 'rank')} {rank_ranges([c['rank'] for c in cs])}, "
+                 f"at most "
                  f"{max(c['share_of_span_pct'] for c in cs):.2g}% of the span)" for p, cs in sorted(small.items())]
         hang(console, "", f"Over their threshold with less than {th.get('min_time_share_pct', 0):g}% of the span at "
                           f"stake, not reported (checks.csv; --min-impact 0 shows them): {', '.join(parts)}")

@@ -1,4 +1,5 @@
-"""Real nvidia-smi captures (shared/data/samples/nvidia_smi_captures) as series for backfill.
+"""Real nvidia-smi captures (samples/nvidia_smi_captures in the shared test material, see
+tests/shared_data.py) as series for backfill.
 
 Parsers (pure): `dmon_rows` reads a `nvidia-smi dmon` table, `query_gpu` one state's
 `--query-gpu` CSV (power limit, memory, clock-event mask) from a capture file. `write_capture_job`
@@ -8,15 +9,15 @@ during stalls of `stall_s` every `period_s`, sampled every second like `dmon`.
 from __future__ import annotations
 
 import re
-from pathlib import Path
-
 from otel_gpu.sources.nvml import clock_reason_values
+
+from tests.shared_data import needs_shared_data, shared_data
 
 from .backfill import OpenMetricsWriter
 
-CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "data" / "samples" / "nvidia_smi_captures"
-if not CAPTURES.is_dir():
-    CAPTURES = Path("/work/shared/data/samples/nvidia_smi_captures")
+WHERE = ("samples", "nvidia_smi_captures")
+CAPTURES = shared_data(*WHERE)
+needs_captures = needs_shared_data(*WHERE)   # skip mark of the tests that read the played-back captures
 MODELS = {"h100": "linux-x86_64__nvidia-h100-80gb-hbm3__590.48.01",
           "h200": "linux-x86_64__nvidia-h200__590.48.01",
           "h100-mig": "linux-x86_64__nvidia-h100-mig__590.48.01"}

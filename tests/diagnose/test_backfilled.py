@@ -10,6 +10,8 @@ from otel_gpu.cli import main
 from otel_gpu.diagnose import diagnose
 from otel_gpu.promql import PromClient
 
+from .smi import needs_captures
+
 pytestmark = pytest.mark.slow
 
 
@@ -63,6 +65,7 @@ def test_clean_job_has_nothing_above_info(backfilled):
     assert all(f.severity == "info" for f in report.findings), [(f.severity, f.title) for f in report.findings]
 
 
+@needs_captures
 def test_nvidia_smi_captures_gpu_only(backfilled, tmp_path, capsys):
     b = backfilled
     out = tmp_path / "smi.json"
@@ -83,6 +86,7 @@ def test_nvidia_smi_captures_gpu_only(backfilled, tmp_path, capsys):
     assert per["evidence"]["drops"] >= 20
 
 
+@needs_captures
 def test_gpu_series_without_step_metrics_is_refused(backfilled, capsys):
     b = backfilled
     rc = main(["diagnose", "--prometheus", b.prometheus.url, "--job", b.smi_job, "--from", str(b.smi_start),

@@ -84,7 +84,12 @@ def test_host_and_gpu_seconds_are_never_compared():
     w.ranks[1].collective_basis = "host"
     for rule in (straggler, comm_bound):
         (f,) = rule(w, TH)
-        assert f.severity == "info" and f.missing == ["comparable collective time"] and "host: rank(s) 1" in f.action
+        assert f.severity == "info" and f.missing == ["comparable collective time"] and "host: rank 1)" in f.action
+    w = window(simulate(Job(ranks=4, steps=10)))
+    for r in w.ranks[1:]:
+        r.collective_basis = "host"
+    (f,) = straggler(w, TH)
+    assert "host: ranks 1-3)" in f.action and "rank(s)" not in f.action
 
 
 def test_unmeasured_ranks_say_why():
@@ -95,3 +100,4 @@ def test_unmeasured_ranks_say_why():
     for rule in (straggler, comm_bound):
         (f,) = rule(w, TH)
         assert "not checked" in f.title and "CUDA_DEVICE_MAX_CONNECTIONS=1" in f.action, f.action
+        assert "ranks 0-1: " in f.action and "rank(s)" not in f.action, f.action

@@ -36,6 +36,9 @@ def test_sm_idle_case_study_numbers():
     assert f.lost_share == pytest.approx(0.991 - 0.213, abs=1e-6)
     assert f.lost_s == pytest.approx(8 * 120 * (0.991 - 0.213))
     assert f.where["ranks"] == [str(i) for i in range(8)]
+    assert " on all 8 GPUs " in f.seen
+    one = only(sm_idle(window(gpus=[gpu(0, util=0.991, sm=0.213)]), TH))
+    assert " on the only GPU " in one.seen and "GPUs" not in one.seen
 
 
 def test_sm_idle_quiet_when_sms_busy_and_says_when_gpm_missing():
@@ -85,6 +88,7 @@ def test_memory_pressure_gpu_and_swap():
     assert {f.title.split(" ")[0] for f in found} == {"GPU", "host"}
     gpu_f = next(f for f in found if f.title.startswith("GPU"))
     assert gpu_f.where["gpus"] == ["n0/gpu0"] and "98.8%" in gpu_f.title
+    assert next(f for f in found if f.title.startswith("host")).title == "host swapping on 1 node"
     assert memory_pressure(window(gpus=[gpu(0)], nodes=[node()]), TH) == []
 
 
