@@ -75,10 +75,17 @@ def _table(*columns: str):
 GAP = 2   # columns between two table columns (padding 1 on each side, none at the edges)
 
 
-def _cells(text: str) -> int:
+def _cells(text) -> int:
+    """Terminal cells of a cell's text (a str is plain text, never markup: names come from the system)."""
     from rich.text import Text
 
-    return Text.from_markup(text).cell_len
+    return (text if isinstance(text, Text) else Text(text)).cell_len
+
+
+def _plain(cell):
+    from rich.text import Text
+
+    return cell if isinstance(cell, Text) else Text(cell)
 
 
 def kept_columns(width: int, columns: list[str], priority: list[int], rows: list[list[str]]) -> list[int]:
@@ -107,7 +114,7 @@ class FitColumns:
         kept = kept_columns(width, self.columns, self.priority, self.rows)
         t = _table(*[self.columns[i] for i in kept])
         for r in self.rows:
-            t.add_row(*[r[i] for i in kept])
+            t.add_row(*[_plain(r[i]) for i in kept])
         yield t
         order = sorted(range(len(self.columns)), key=lambda i: (-self.priority[i], -i))   # the order they go in
         left = [self.columns[i] for i in order if i not in kept and self.columns[i]]
@@ -161,7 +168,7 @@ def node_view(now: Snapshot, prev: Snapshot, dt: float, fake_gpus: bool = False)
             label = next((dict(a).get(names.HW_NAME, "") for a in now.get(names.GPU_MEMORY_LIMIT.name, {})
                           if dict(a).get(names.HW_ID) == uuid), "")
             power, temp = _one(now, names.GPU_POWER, **m), _one(now, names.GPU_TEMPERATURE, **m)
-            rows.append([str(_gpu_index(now, uuid)), "[red]LOST[/]" if failed else _short_name(label),
+            rows.append([str(_gpu_index(now, uuid)), Text("LOST", style="red") if failed else _short_name(label),
                          _pct(_one(now, names.GPU_UTILIZATION, **m)), _pct(_one(now, names.GPU_SM_ACTIVITY, **m)),
                          _pct(_one(now, names.GPU_TENSOR_ACTIVITY, **m)),
                          _size(_one(now, names.GPU_MEMORY_USAGE, **m), _one(now, names.GPU_MEMORY_LIMIT, **m)),
@@ -214,7 +221,7 @@ def node_view(now: Snapshot, prev: Snapshot, dt: float, fake_gpus: bool = False)
         disks.sort(key=lambda x: (-((x[1] or 0) + (x[2] or 0)), x[0]))
         table = _table("disk", "", "read", "write")
         for dev, r, w in disks[:MAX_DISK_ROWS]:
-            table.add_row(dev[:16], "", _bytes(r, True), _bytes(w, True))
+            table.add_row(_plain(dev[:16]), "", _bytes(r, True), _bytes(w, True))
         parts.append(table)
     return Group(*parts)
 

@@ -89,3 +89,19 @@ def test_the_view_fits_80x24_with_one_line_per_gpu(gpus, ifaces, ports, disks):
     if gpus > 8:
         assert any(line.startswith(f"+{gpus - 8} more GPU{'s' if gpus > 9 else ''}:") for line in lines)
     assert any(line.startswith("CPU user") and "load 12.5" in line for line in lines)   # one line, not wrapped
+
+
+@settings(max_examples=50, deadline=None)
+@given(name=st.text(alphabet="[]/ =abc0", min_size=1, max_size=12))
+def test_names_from_the_system_are_shown_as_text_never_read_as_markup(name):
+    """An interface, disk or GPU name such as 'eth[/0 ]' is drawn as it is: rich markup in a name would
+    raise (or restyle the view) inside the live refresh."""
+    store = Store(window_s=10)
+    g = {names.HW_ID: "GPU-1", names.HW_NAME: name, names.GPU_INDEX: "0"}
+    store.put("nvml", [Reading(names.GPU_UTILIZATION, 0.5, g), Reading(names.GPU_MEMORY_LIMIT, 1.0, g)], 0)
+    e = {names.IFACE: name}
+    store.put("net", [Reading(names.NET_IO, 1.0, {**e, names.DIRECTION: "receive"}),
+                      Reading(names.NET_LIMIT, 1.25e9, {names.HW_ID: name, **e})], 0)
+    store.put("disk", [Reading(names.DISK_IO, 1.0, {names.DEVICE: name, names.DISK_DIRECTION: "read"})], 0)
+    text = render(node_view(store.snapshot(), store.snapshot(), dt=1.0))
+    assert text.count(name.strip()[:16].strip()) >= 1
