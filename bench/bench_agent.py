@@ -1,12 +1,20 @@
 """Agent cost side by side with node_exporter, in one run.
 
-For each sampling interval (1 s and 100 ms): the agent (8 fake Hopper GPUs + every real
-host source, Prometheus endpoint), the agent with --no-gpu (the host sources alone, the
-like-for-like peer of node_exporter) and Debian's node_exporter (cpu, meminfo, diskstats,
-netdev collectors only) run at the same time for DURATION seconds, all scraped by the
-same Prometheus at that interval. CPU seconds and peak RSS come from /proc/<pid>.
+For each sampling interval (1 s and 100 ms): the agent (fake Hopper GPUs + every real host
+source, Prometheus endpoint), the agent with --no-gpu (the host sources alone, the like-for-like
+peer of node_exporter) and node_exporter (cpu, meminfo, diskstats, netdev collectors only) run at
+the same time for DURATION seconds, all scraped by the same Prometheus at that interval. CPU
+seconds and peak RSS come from /proc/<pid>; both are printed as ratios to node_exporter's.
 
-    python bench/bench_agent.py [--duration 60] [--intervals 1,0.1] [--repeat 3]
+The fake GPUs' NVML calls cost what they cost on a real H100 (fake_nvml.H100_COSTS).
+`--real-gpus` reads the node's real GPUs through NVML instead (run it on a GPU node).
+
+    python bench/bench_agent.py [--duration 60] [--intervals 1,0.1] [--repeat 3] [--gpus 8 | --real-gpus]
+                                [--baseline OTHER_CHECKOUT]
+
+`--baseline` runs another checkout's agent beside this one's (same GPUs, same scrapes, same
+moment): on a shared machine whose load moves node_exporter's cost by 10-20% between runs, a
+before/after comparison is only fair within one run.
 """
 from __future__ import annotations
 
@@ -47,11 +55,13 @@ def _serving(httpx, url: str) -> bool:
         return False
 
 
-def start_agent(interval: float, *flags: str) -> tuple[subprocess.Popen, int]:
+def start_agent(interval: float, *flags: str, root: Path = ROOT) -> tuple[subprocess.Popen, int]:
+    """The agent of the checkout at `root` (this one by default)."""
     port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(root)}   # that checkout's package, not an installed one
     proc = subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", *flags,
                              "--interval", str(interval), "--prometheus-port", str(port)],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return proc, port
 
 
@@ -64,9 +74,16 @@ def stop_agent(proc: subprocess.Popen, interval: float) -> None:
         proc.kill()
 
 
-def measure(interval: float, duration: float, tmp: Path) -> dict[str, dict[str, float]]:
-    agents = {"agent (8 GPUs + host)": start_agent(interval, "--fake-gpus", "8"),
-              "agent --no-gpu (host only)": start_agent(interval, "--no-gpu")}
+def measure(interval: float, duration: float, tmp: Path, gpus: str,
+            baseline: Path | None = None) -> dict[str, dict[str, float]]:
+    """`gpus`: a count of fake GPUs, or 'real' for the node's GPUs through NVML; `baseline`: another
+    checkout whose agent runs beside, on the same GPUs (before/after in the same conditions)."""
+    flags = () if gpus == "real" else ("--fake-gpus", gpus)
+    what = "real GPUs" if gpus == "real" else f"{gpus} fake GPUs"
+    agents = {f"agent ({what} + host)": start_agent(interval, *flags)}
+    if baseline is not None:
+        agents[f"baseline agent ({what} + host)"] = start_agent(interval, *flags, root=baseline)
+    agents["agent --no-gpu (host only)"] = start_agent(interval, "--no-gpu")
     node = NodeExporter(tmpdir=tmp / f"ne-{interval}", collectors=("cpu", "meminfo", "diskstats", "netdev")).start()
     scrape = f"{int(interval * 1000)}ms"
     prom = Prometheus(f"global:\n  scrape_interval: {scrape}\n  scrape_timeout: {scrape}\n",
@@ -105,30 +122,49 @@ def main() -> int:
     p.add_argument("--intervals", default="1,0.1", help="sampling/scrape intervals, seconds")
     p.add_argument("--repeat", type=int, default=1,
                    help="runs per interval; with more than one, a last row gives the median ratios")
+    p.add_argument("--gpus", type=int, default=8, help="fake GPUs (H100 call costs) for the agent to read")
+    p.add_argument("--real-gpus", action="store_true", help="read this node's GPUs through NVML (a GPU node)")
+    p.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
+                   help="also run the agent of another checkout (e.g. a copy of the previous commit) beside")
     args = p.parse_args()
+    if args.baseline is not None and not (args.baseline / "otel_gpu" / "__main__.py").is_file():
+        print(f"--baseline {args.baseline}: not a checkout of this project", file=sys.stderr)
+        return 2
+    gpus = "real" if args.real_gpus else str(args.gpus)
+    if gpus == "real":
+        import pynvml
+        try:
+            pynvml.nvmlInit()
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError as err:
+            print(f"--real-gpus: NVML cannot start here ({err})", file=sys.stderr)
+            return 2
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"Agent vs node_exporter, {args.duration:g} s each, same Prometheus, same scrape rate")
-    for col in ("interval", "process", "CPU s", "% of one core", "peak RSS MB", "scrapes", "CPU ratio agent/node_exporter"):
+    for col in ("interval", "process", "CPU s", "% of one core", "peak RSS MB", "scrapes", "CPU / node_exporter",
+                "RSS / node_exporter"):
         table.add_column(col)
     with tempfile.TemporaryDirectory() as tmp:
         for interval in (float(x) for x in args.intervals.split(",")):
             ratios: dict[str, list[float]] = {}
             for run in range(args.repeat):
-                r = measure(interval, args.duration, Path(tmp) / f"run{run}")
+                r = measure(interval, args.duration, Path(tmp) / f"run{run}", gpus, args.baseline)
                 peer = max(r["node_exporter"]["cpu_s"], 1e-9)
+                peer_rss = r["node_exporter"]["peak_rss_mb"]
                 for name, m in r.items():
-                    ratio = ""
+                    ratio = rss_ratio = ""
                     if name != "node_exporter":
                         ratios.setdefault(name, []).append(m["cpu_s"] / peer)
                         ratio = f"{m['cpu_s'] / peer:.2f}"
+                        rss_ratio = f"{m['peak_rss_mb'] / peer_rss:.2f}"
                     table.add_row(f"{interval:g} s", name, f"{m['cpu_s']:.2f}", f"{m['cpu_pct_core']:.2f}",
-                                  f"{m['peak_rss_mb']:.1f}", f"{m['scrapes']:.0f}", ratio)
+                                  f"{m['peak_rss_mb']:.1f}", f"{m['scrapes']:.0f}", ratio, rss_ratio)
             if args.repeat > 1:
                 for name, values in ratios.items():
                     table.add_row(f"{interval:g} s", f"{name}: median of {args.repeat}", "", "", "", "",
-                                  f"{statistics.median(values):.2f} ({', '.join(f'{v:.2f}' for v in values)})")
+                                  f"{statistics.median(values):.2f} ({', '.join(f'{v:.2f}' for v in values)})", "")
     Console(width=150).print(table)
     return 0
 

@@ -24,10 +24,12 @@ class Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def _subcommands():
+def _subcommands(first: str | None = None):
     """(module, register-function) pairs; imported lazily so one broken extra never breaks the rest."""
     from .agent import cli as agent_cli
     yield agent_cli.register
+    if first in ("agent", "doctor"):
+        return   # the agent runs for weeks: the other subcommands' imports would be ~14 MB of its RSS
     from .trace import cli as trace_cli
     yield trace_cli.register
     from . import run_cli
@@ -42,17 +44,19 @@ def _subcommands():
     yield report_cli.register
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(first: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand's parser; only the agent's when `first` (the first argument) is agent or doctor."""
     parser = Parser(prog="otel-gpu", description="Observe, diagnose and improve distributed GPU training.")
     parser.add_argument("--version", action="version", version=f"otel-gpu {__version__}")
     sub = parser.add_subparsers(dest="subcommand", required=True)
-    for register in _subcommands():
+    for register in _subcommands(first):
         register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    args_given = sys.argv[1:] if argv is None else argv
+    parser = build_parser(args_given[0] if args_given else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:   # --help, --version (0) or a bad flag (2, its line already printed)

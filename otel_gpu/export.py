@@ -1,28 +1,21 @@
-"""OpenTelemetry export setup shared by the node agent and the training hooks.
+"""OpenTelemetry export settings shared by the node agent and the training hooks.
 
 Configured by the standard variables: `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 `..._METRICS_ENDPOINT`), `OTEL_EXPORTER_OTLP_PROTOCOL` (`grpc` | `http/protobuf`),
 `OTEL_METRIC_EXPORT_INTERVAL` (ms), `OTEL_RESOURCE_ATTRIBUTES`, `OTEL_SERVICE_NAME`.
+
+No OpenTelemetry import here: the SDK side (exporter, reader, MeterProvider, resource) is in
+export_sdk.py, imported on first use of one of its names (`from otel_gpu.export import
+meter_provider` still works), so a node agent that serves only Prometheus never loads the SDK.
 """
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
-from typing import Mapping, Sequence
-
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import (
-    MetricExporter,
-    MetricExportResult,
-    MetricReader,
-    PeriodicExportingMetricReader,
-)
-from opentelemetry.sdk.metrics.view import ExplicitBucketHistogramAggregation, View
-from opentelemetry.sdk.resources import Resource
+from typing import Mapping
+from urllib.parse import unquote
 
 from .errors import ConfigError
 from .values import http_url, number
-from .readings import MetricSpec
 
 PROTOCOLS = ("grpc", "http/protobuf")
 INTERVAL_MS = (10.0, 86_400_000.0)   # 10 ms to a day: outside, a typo (or a busy loop, or a window never trimmed)
@@ -68,89 +61,34 @@ def _ms_setting(env: Mapping[str, str], name: str, default: float, bounds: tuple
     return number(raw, name, *bounds)
 
 
-class CountingExporter(MetricExporter):
-    """Wraps an exporter and counts failed exports (whose points are dropped).
+def resource_attributes_without_sdk(attrs: Mapping[str, str], env: Mapping[str, str]) -> dict[str, str] | None:
+    """The attributes `export_sdk.merged_resource(attrs)` gives, without importing the SDK: the
+    SDK's telemetry.sdk.* ones, then `attrs`, then `OTEL_RESOURCE_ATTRIBUTES` (comma-separated
+    key=value, values percent-decoded; malformed items and empty keys left out) and
+    `OTEL_SERVICE_NAME` on top. None when `OTEL_EXPERIMENTAL_RESOURCE_DETECTORS` names detectors
+    (then only the SDK knows what they add)."""
+    if (env.get("OTEL_EXPERIMENTAL_RESOURCE_DETECTORS") or "otel").strip() != "otel":
+        return None
+    from opentelemetry.sdk.version import __version__   # a one-line module: not the SDK
 
-    Cumulative temporality means a dropped export loses resolution, never totals,
-    and nothing queues up in memory while the backend is down.
-    """
-
-    def __init__(self, inner: MetricExporter):
-        super().__init__(preferred_temporality=inner._preferred_temporality,
-                         preferred_aggregation=inner._preferred_aggregation)
-        self._inner = inner
-        self._lock = threading.Lock()
-        self.failures = 0
-        self.exports = 0
-
-    def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
-        try:
-            result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-        except Exception:  # an exporter bug must not kill the export thread; it is counted
-            result = MetricExportResult.FAILURE
-        with self._lock:
-            self.exports += 1
-            if result is not MetricExportResult.SUCCESS:
-                self.failures += 1
-        return result
-
-    def force_flush(self, timeout_millis: float = 10_000) -> bool:
-        return self._inner.force_flush(timeout_millis)
-
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
-        self._inner.shutdown(timeout_millis=timeout_millis)
+    out = {"telemetry.sdk.language": "python", "telemetry.sdk.name": "opentelemetry",
+           "telemetry.sdk.version": __version__, **attrs}
+    for item in (env.get("OTEL_RESOURCE_ATTRIBUTES") or "").split(","):
+        key, eq, value = item.partition("=")
+        if eq and key.strip():
+            out[key.strip()] = unquote(value.strip())
+    if env.get("OTEL_SERVICE_NAME"):
+        out["service.name"] = env["OTEL_SERVICE_NAME"]
+    return out
 
 
-def otlp_exporter(settings: OtlpSettings) -> CountingExporter:
-    """The OTLP metric exporter for `settings`, wrapped to count failures."""
-    if settings.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-        inner = OTLPMetricExporter(endpoint=settings.endpoint, timeout=settings.timeout_s)
-    else:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        endpoint = settings.endpoint.rstrip("/")
-        if not endpoint.endswith("/v1/metrics"):
-            endpoint += "/v1/metrics"
-        inner = OTLPMetricExporter(endpoint=endpoint, timeout=settings.timeout_s)
-    return CountingExporter(inner)
+_SDK_NAMES = frozenset({"CountingExporter", "otlp_exporter", "import_exporter", "histogram_views",
+                        "periodic_reader", "merged_resource", "meter_provider"})
 
 
-def import_exporter(protocol: str) -> None:
-    """Import the OTLP exporter for `protocol` and the HTTP stack it loads when built; starts
-    nothing. A process pays these imports (about 0.2 s) where it chooses, not at its first export set-up."""
-    if protocol == "grpc":
-        import opentelemetry.exporter.otlp.proto.grpc.metric_exporter  # noqa: F401
-    else:
-        import opentelemetry.exporter.otlp.proto.http.metric_exporter  # noqa: F401
-        import importlib.util
-        if importlib.util.find_spec("requests") is not None:   # the HTTP transport imports it when built
-            import requests  # noqa: F401
-
-
-def histogram_views(specs: Sequence[MetricSpec]) -> list[View]:
-    """Explicit buckets (seconds) for histogram specs: the SDK defaults are for milliseconds."""
-    return [View(instrument_name=s.name, aggregation=ExplicitBucketHistogramAggregation(list(s.buckets)))
-            for s in specs if s.kind == "histogram" and s.buckets]
-
-
-def periodic_reader(exporter: MetricExporter, settings: OtlpSettings) -> MetricReader:
-    return PeriodicExportingMetricReader(exporter, export_interval_millis=settings.interval_s * 1000,
-                                         export_timeout_millis=settings.timeout_s * 1000)
-
-
-def merged_resource(resource_attrs: Mapping[str, str]) -> Resource:
-    """Ours first, then `OTEL_RESOURCE_ATTRIBUTES` / `OTEL_SERVICE_NAME` on top: the user's values win."""
-    from opentelemetry.sdk.resources import OTELResourceDetector
-
-    return Resource.create(dict(resource_attrs)).merge(OTELResourceDetector().detect())
-
-
-def meter_provider(resource: Resource | Mapping[str, str], readers: Sequence[MetricReader],
-                   specs: Sequence[MetricSpec] = ()) -> MeterProvider:
-    """A MeterProvider (not set globally: the user's own OTel setup stays untouched).
-
-    `resource` is a Resource, or our attributes to merge with the OTEL_* variables.
-    """
-    if not isinstance(resource, Resource):
-        resource = merged_resource(resource)
-    return MeterProvider(resource=resource, metric_readers=list(readers), views=histogram_views(specs))
+def __getattr__(name: str):
+    """The SDK-side names, from export_sdk.py on first use (PEP 562)."""
+    if name in _SDK_NAMES:
+        from . import export_sdk
+        return getattr(export_sdk, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

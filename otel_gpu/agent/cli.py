@@ -1,12 +1,6 @@
 """`otel-gpu agent` and `otel-gpu doctor`: flags and environment -> a running node agent.
 
-Project settings (flags win over the environment):
-  OTELGPU_INTERVAL          sampling interval, seconds (0.1 - 3600, default 1)
-  OTELGPU_PROMETHEUS_PORT   serve a Prometheus scrape endpoint on this port
-  OTELGPU_PROMETHEUS_HOST   its bind address (default 127.0.0.1)
-  OTELGPU_CHECKPOINT_DIR    checkpoint directories whose filesystem is watched (os.pathsep-separated)
-  OTELGPU_PROCESSES         command-line substrings of training processes to watch (comma-separated)
-  OTELGPU_FAKE_GPUS         read N fake Hopper GPUs instead of NVML (demos, tests, benchmarks)
+The agent's --help text is AGENT_HELP (what the agent does, then its settings).
 """
 from __future__ import annotations
 
@@ -17,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -31,6 +25,22 @@ from .node import NodeConfig, build_node
 EMBEDDED_PROMETHEUS_PORT = 9464   # the OpenTelemetry Prometheus exporter's usual port
 FLUSH_TIMEOUT_S = 5.0
 MAX_PID = 4194304                 # Linux's largest pid_max (2**22)
+
+AGENT_HELP = """Run the node agent: read this node's GPUs (NVML; GPM counters on Hopper+),
+network links, disks, CPU, memory and training processes; export them over
+OTLP (when OTEL_EXPORTER_OTLP_ENDPOINT is set) or on a Prometheus endpoint
+(default 127.0.0.1:9464, with a live view of the node on a terminal).
+
+Settings (flags win over the environment):
+  OTELGPU_INTERVAL         sampling interval, seconds (0.1 - 3600, default 1)
+  OTELGPU_PROMETHEUS_PORT  serve a Prometheus scrape endpoint on this port
+  OTELGPU_PROMETHEUS_HOST  its bind address (default 127.0.0.1)
+  OTELGPU_CHECKPOINT_DIR   checkpoint folders whose filesystem is watched
+                           (':'-separated)
+  OTELGPU_PROCESSES        command-line substrings of the training processes
+                           to watch (','-separated)
+  OTELGPU_FAKE_GPUS        read N fake Hopper GPUs instead of NVML (demos)
+"""
 
 
 @dataclass(frozen=True)
@@ -76,14 +86,14 @@ def agent_config(args, env: Mapping[str, str], stdout_is_tty: bool) -> AgentConf
         if not Path(root).is_dir():
             raise UsageError(f"{flag} {root!r}: not a directory")
     node = NodeConfig(proc_root=args.proc_root, sys_root=args.sys_root, checkpoint_dirs=dirs,
-                      process_patterns=patterns, fake_gpus=fake_gpus, gpus=not args.no_gpu)
+                      process_patterns=patterns, fake_gpus=fake_gpus, gpus=not args.no_gpu, interval_s=interval_s)
     return AgentConfig(node, interval_s, otlp, port, env.get("OTELGPU_PROMETHEUS_HOST", "127.0.0.1"), live,
                        getattr(args, "parent_pid", None))
 
 
 def register(sub) -> None:
     p = sub.add_parser("agent", help="run the node agent (GPU, NIC, storage, host, process metrics)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=AGENT_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--interval", type=str, default=None, help="sampling interval in seconds (default 1, min 0.1)")
     p.add_argument("--prometheus-port", type=str, default=None, help="serve a Prometheus endpoint on this port")
     p.add_argument("--checkpoint-dir", action="append", help="watch this directory's filesystem (repeatable)")
@@ -100,9 +110,13 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="with --once: print the snapshot as JSON")
     p.set_defaults(func=run_agent)
 
-    d = sub.add_parser("doctor", help="what this node supports, and what is unreadable and why")
-    d.add_argument("--json", action="store_true", help="print the report as JSON")
-    d.add_argument("--fake-gpus", type=str, default=None, help=argparse.SUPPRESS)
+    d = sub.add_parser("doctor", help="what this node supports, and what is unreadable and why",
+                       description="Probe every source the agent reads on this node and print what it supports, "
+                                   "what is unreadable and why, and what each NVML field costs here and how often "
+                                   "the agent reads it. Exit 0 even when some sources are unreadable.")
+    d.add_argument("--json", action="store_true", help="print the report as JSON (exact numbers)")
+    d.add_argument("--fake-gpus", type=str, default=None, metavar="N",
+                   help="probe N fake Hopper GPUs instead of NVML (demos, tests); also OTELGPU_FAKE_GPUS")
     d.add_argument("--no-gpu", action="store_true", help="do not probe GPUs")
     d.set_defaults(func=run_doctor)
 
@@ -111,7 +125,7 @@ def run_agent(args) -> int:
     config = agent_config(args, os.environ, sys.stdout.isatty())
     if args.json and not args.once:
         raise UsageError("--json needs --once")
-    node = build_node(config.node)
+    node = build_node(replace(config.node, interval_s=0.25) if args.once else config.node)   # --once: reads 0.25 s apart
     for note in node.notes:
         print(f"otel-gpu agent: {note}", file=sys.stderr)
     try:

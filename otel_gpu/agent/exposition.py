@@ -15,11 +15,11 @@ import re
 import resource
 import select
 import socket
+import socketserver
 import threading
 import time
 from itertools import islice
 from math import isfinite
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Mapping
 
 from .. import names
@@ -108,6 +108,23 @@ class Renderer:
         return "".join(parts).encode()
 
 
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_date: list = [0, b""]   # [second, its Date header line], formatted once a second
+
+
+def _head(length: int, close: bool) -> bytes:
+    """The 200 response's status line and headers for a body of `length` bytes."""
+    now = int(time.time())
+    if _date[0] != now:
+        t = time.gmtime(now)   # RFC 9110 IMF-fixdate, English names whatever the locale
+        _date[:] = now, (f"Date: {_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+                         f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT\r\n").encode()
+    return b"".join((b"HTTP/1.1 200 OK\r\nContent-Type: " + CONTENT_TYPE.encode() + b"\r\n", _date[1],
+                     b"Connection: close\r\n" if close else b"",
+                     b"Content-Length: %d\r\n\r\n" % length))
+
+
 def _prometheus_float(v: float) -> str:
     return repr(v) if isfinite(v) else ("NaN" if v != v else ("+Inf" if v > 0 else "-Inf"))
 
@@ -137,33 +154,48 @@ class ScrapeEndpoint:
                  max_connections: int | None = None):
         endpoint = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"   # keep-alive: a scraper reuses one connection and thread
+        class Handler(socketserver.StreamRequestHandler):
+            """HTTP/1.1 with keep-alive, just what a scrape needs: the request line and the
+            Connection header are read, other headers skipped (socketserver, not http.server:
+            http.server imports http.client and through it ssl, ~6 MB of the agent's memory)."""
             timeout = IDLE_TIMEOUT_S        # seconds an idle connection may hold its thread
-            disable_nagle_algorithm = True  # headers and body are two writes: without it, a reused
-                                            # connection waits ~40 ms for the client's delayed ACK
+            disable_nagle_algorithm = True  # each answer is one write: sent at once
+
+            def handle(self):
+                self.close_connection = False
+                while not self.close_connection:
+                    self.handle_one_request()
 
             def handle_one_request(self):
                 conn = endpoint._conns.get(self.request)
                 if conn is not None:
                     conn.idle_since = time.monotonic()   # waiting for a request: idle
-                super().handle_one_request()
-
-            def parse_request(self):
-                """The request line and the Connection header, without the email package's
-                general header parser: a scrape needs nothing else, other headers are skipped."""
-                conn = endpoint._conns.get(self.request)
+                self.close_connection = True
+                try:
+                    line = self.rfile.readline(_MAX_LINE)
+                except TimeoutError:
+                    return   # idle for IDLE_TIMEOUT_S: closed
+                if not line:
+                    return   # the client closed it
                 if conn is not None:
                     conn.idle_since = None   # a request came: busy until it is answered
-                self.command = None   # until the request line parses
-                self.requestline = self.raw_requestline.decode("iso-8859-1").rstrip("\r\n")
-                words = self.requestline.split()
+                if len(line) >= _MAX_LINE:
+                    self.send_error(414, "Request-URI Too Long")
+                elif self.parse_request(line):
+                    if self.command == "GET":
+                        self.do_GET()
+                    else:
+                        self.send_error(501, "Unsupported method")
+                self.wfile.flush()
+
+            def parse_request(self, line: bytes) -> bool:
+                """The request line and the Connection header; False (answered) when malformed."""
+                words = line.decode("iso-8859-1").split()
                 if len(words) != 3 or not words[2].startswith("HTTP/1."):
-                    self.request_version = "HTTP/1.0"   # send_error reads it; the error closes the connection
                     self.send_error(400, "Bad request line")
                     return False
-                self.command, self.path, self.request_version = words
-                self.close_connection = words[2] == "HTTP/1.0"
+                self.command, self.path, version = words
+                self.close_connection = version == "HTTP/1.0"
                 for _ in range(_MAX_HEADERS):
                     line = self.rfile.readline(_MAX_LINE)
                     if line in (b"\r\n", b"\n", b""):
@@ -178,19 +210,23 @@ class ScrapeEndpoint:
 
             def do_GET(self):
                 if self.path.split("?")[0] not in ("/metrics", "/"):
-                    self.send_error(404)
+                    self.send_error(404, "Not Found")
                     return
                 body = render()
-                self.send_response(200)
-                self.send_header("Content-Type", CONTENT_TYPE)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                # status line, headers and body in one write: one send (with TCP_NODELAY, two sends
+                # were two segments and two wake-ups of the scraper for each scrape)
+                self.wfile.write(b"".join((_head(len(body), self.close_connection), body)))
 
-            def log_message(self, *args):
-                pass
+            def send_error(self, code: int, reason: str) -> None:
+                """A plain-text error answer; the connection is closed after it."""
+                self.close_connection = True
+                body = f"{code} {reason}\n".encode()
+                self.wfile.write(b"HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\n%sContent-Length: %d\r\n\r\n%s"
+                                 % (code, reason.encode(), b"Connection: close\r\n" if self.close_connection else b"",
+                                    len(body), body))
 
-        class Server(ThreadingHTTPServer):
+        class Server(socketserver.ThreadingTCPServer):
+            allow_reuse_address = True
             request_queue_size = LISTEN_BACKLOG   # socketserver's default is 5: a burst got SYN retries
             daemon_threads = True
 
@@ -208,7 +244,7 @@ class ScrapeEndpoint:
         self._closing = False
         self._spare = _open_spare()
         self._server = Server((host, port), Handler)
-        self.host, self.port = host, self._server.server_port
+        self.host, self.port = host, self._server.server_address[1]
         self._thread = threading.Thread(target=self._accept_loop, name="otelgpu-scrape", daemon=True)
         self._thread.start()
 

@@ -16,6 +16,7 @@ class NodeConfig:
     process_patterns: tuple[str, ...] = ()   # command-line substrings of training processes
     fake_gpus: int = 0                       # > 0: a fake NVML with that many Hopper GPUs
     gpus: bool = True
+    interval_s: float = 1.0                  # the sampling interval (s): GPM spaces its samples by it
 
 
 @dataclass
@@ -51,7 +52,9 @@ def build_node(config: NodeConfig) -> Node:
     if config.gpus:
         from ..sources.nvml import NvmlSource
         try:
-            node.gpu = NvmlSource(nvml=_nvml_module(config), proc_root=config.proc_root)
+            # costly NVML calls (energy, PCIe throughput) run on a thread of their own: never in the round
+            node.gpu = NvmlSource(nvml=_nvml_module(config), proc_root=config.proc_root, background=True,
+                                  interval_s=config.interval_s)
             node.sources.append(node.gpu)
         except SourceError as exc:
             node.notes.append(str(exc))  # the source says what is off and why, in one line

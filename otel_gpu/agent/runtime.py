@@ -10,7 +10,7 @@ import time
 from .sampler import Exported, Instruments, Sampler
 from .cli import FLUSH_TIMEOUT_S, AgentConfig, install_signal_handlers
 from ..children import watch_parent
-from ..export import merged_resource, meter_provider, otlp_exporter, periodic_reader
+from ..export import resource_attributes_without_sdk
 from .exposition import Renderer, ScrapeEndpoint
 from ..identity import point_attributes, resource_attributes
 from .node import Node
@@ -24,19 +24,31 @@ class AgentRuntime:
         window_s = max(config.interval_s, config.otlp.interval_s)
         self.store = Store(window_s=window_s)
         self.sampler = Sampler(node.sources, self.store, config.interval_s)
-        resource = merged_resource({**resource_attributes(env), "service.name": "otel-gpu-agent"})
-        point = point_attributes(resource.attributes)
-        self.exporter = otlp_exporter(config.otlp) if config.otlp.endpoint else None
+        ours = {**resource_attributes(env), "service.name": "otel-gpu-agent"}
+        # the OTel SDK is imported only for OTLP export (or resource detectors only it knows):
+        # a Prometheus-only agent stays ~7 MB smaller
+        resource_attrs = None if config.otlp.endpoint else resource_attributes_without_sdk(ours, env)
+        resource = None
+        if resource_attrs is None:
+            from ..export_sdk import merged_resource
+            resource = merged_resource(ours)
+            resource_attrs = dict(resource.attributes)
+        point = point_attributes(resource_attrs)
+        self.exporter = None
+        if config.otlp.endpoint:
+            from ..export_sdk import otlp_exporter
+            self.exporter = otlp_exporter(config.otlp)
         exporter = self.exporter
         self.endpoint = None
         exported = Exported(self.sampler, export_failures=lambda: exporter.failures if exporter else 0,
                             scrape_refused=lambda: self.endpoint.refused if self.endpoint else 0)
         self.provider = None
         if exporter is not None:
+            from ..export_sdk import meter_provider, periodic_reader
             self.provider = meter_provider(resource, [periodic_reader(exporter, config.otlp)])
             Instruments(self.provider.get_meter("otel_gpu.agent"), exported, point)
         if config.prometheus_port:
-            renderer = Renderer(exported.families, point, {k: str(v) for k, v in resource.attributes.items()})
+            renderer = Renderer(exported.families, point, {k: str(v) for k, v in resource_attrs.items()})
             try:
                 self.endpoint = ScrapeEndpoint(renderer.render, config.prometheus_port, config.prometheus_host)
             except OSError as exc:
@@ -61,11 +73,13 @@ class AgentRuntime:
         # keep it out of the collector's full passes, which would otherwise walk it for nothing
         gc.freeze()
         self.sampler.start()
-        print(f"otel-gpu agent: sampling every {self.config.interval_s:g} s; {self.describe_outputs()}", file=sys.stderr, flush=True)
-        if self.config.live:
+        if self.config.live:   # the view's first line says where the metrics go: not said twice
             from .liveview import run_live
-            run_live(self.store, self.config.interval_s, self.stop_event, self.describe_outputs())
+            run_live(self.store, self.config.interval_s, self.stop_event, self.describe_outputs(),
+                     fake_gpus=self.config.node.fake_gpus > 0)
         else:
+            print(f"otel-gpu agent: sampling every {self.config.interval_s:g} s; {self.describe_outputs()}",
+                  file=sys.stderr, flush=True)
             self.stop_event.wait()
         # the process is ending: whatever hangs (a stuck export, a stuck NVML call), exit on time
         watchdog = threading.Timer(FLUSH_TIMEOUT_S, os._exit, args=(0,))

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Sequence
 
-from opentelemetry.metrics import CallbackOptions, Observation
-
 from .. import names
 from ..readings import MetricSpec, Reading, Source, SourceError
 from .store import Attrs, Store
@@ -227,6 +225,9 @@ class Instruments:
     """One observable OTel instrument per exported family (the OTLP path)."""
 
     def __init__(self, meter, exported: Exported, point_attrs: dict[str, str]):
+        from opentelemetry.metrics import Observation   # the OTLP path only: a scrape-only agent never loads it
+
+        self._observation = Observation
         factories = {"gauge": meter.create_observable_gauge,
                      "counter": meter.create_observable_counter,
                      "updowncounter": meter.create_observable_up_down_counter}
@@ -234,8 +235,9 @@ class Instruments:
             factories[spec.kind](spec.name, callbacks=[self._callback(values, point_attrs)],
                                  unit=spec.unit, description=spec.description)
 
-    @staticmethod
-    def _callback(values: Callable[[], Values], point: dict[str, str]):
-        def callback(options: CallbackOptions):
-            return [Observation(v, {**point, **dict(key)}) for v, key in zip(*values())]
+    def _callback(self, values: Callable[[], Values], point: dict[str, str]):
+        observation = self._observation
+
+        def callback(options):   # options: opentelemetry.metrics.CallbackOptions
+            return [observation(v, {**point, **dict(key)}) for v, key in zip(*values())]
         return callback

@@ -33,7 +33,7 @@ def attrs_key(attributes: Mapping[str, str]) -> Attrs:
 class _Cell:
     """One series: its latest value and, when windowed, the samples of the window and their sum."""
 
-    __slots__ = ("value", "serial", "times", "values", "total")
+    __slots__ = ("value", "serial", "times", "values", "total", "lo", "hi", "fresh", "stale")
 
     def __init__(self, windowed: bool):
         self.value = 0.0
@@ -41,12 +41,20 @@ class _Cell:
         self.times: deque | None = deque() if windowed else None
         self.values: deque | None = deque() if windowed else None
         self.total = 0.0
+        # window extremes, kept up to date at export: `fresh` values were appended since, and
+        # `stale` says an extreme may have left the window (then min/max are computed anew)
+        self.lo = self.hi = 0.0
+        self.fresh = 0
+        self.stale = True
 
     def trim(self, oldest: float) -> None:
         times, values = self.times, self.values
         while times and times[0] < oldest:
             times.popleft()
-            self.total -= values.popleft()
+            v = values.popleft()
+            self.total -= v
+            if not self.lo < v < self.hi:   # an extreme (or NaN) left the window
+                self.stale = True
         # restart the running sum exactly whenever one sample is left: rounding error grows by
         # ~1e-16 of the values per sample otherwise (negligible, but not zero)
         if len(values) == 1:
@@ -88,6 +96,7 @@ class Store:
                     times.append(now)
                     cell.values.append(value)
                     cell.total += value
+                    cell.fresh += 1
                     if times[0] < oldest:
                         cell.trim(oldest)
                 slots.append(slot)
@@ -136,18 +145,41 @@ class Store:
         """(means, mins, maxs, keys); mins and maxs stay empty unless `extremes`."""
         means, mins, maxs, keys = [], [], [], []
         for key, cell in series.items():
-            cell.trim(oldest)
+            times = cell.times
+            if times and times[0] < oldest:
+                cell.trim(oldest)
             values = cell.values
             if values:
                 if not isfinite(cell.total):   # a NaN or inf passed through the running sum
                     cell.total = sum(values)
+                    cell.stale = True
                 means.append(cell.total / len(values))
                 keys.append(key)
                 if extremes:
-                    mins.append(min(values))
-                    maxs.append(max(values))
+                    _extremes(cell, values)
+                    mins.append(cell.lo)
+                    maxs.append(cell.hi)
         return means, mins, maxs, tuple(keys)
 
     def snapshot(self) -> dict[str, dict[Attrs, float]]:
         with self._lock:
             return {name: {key: cell.value for key, cell in series.items()} for name, series in self._series.items()}
+
+
+def _extremes(cell: _Cell, values: deque) -> None:
+    """Bring `cell.lo` / `cell.hi` to the min and max of `values` (its window, not empty): from
+    the values appended since the last time, unless an extreme left the window since."""
+    fresh = cell.fresh
+    if cell.stale or fresh >= len(values):
+        cell.lo, cell.hi = min(values), max(values)
+        cell.stale = not (isfinite(cell.lo) and isfinite(cell.hi))   # NaN / inf: no shortcut
+    elif fresh:
+        lo, hi = cell.lo, cell.hi
+        for i in range(-fresh, 0):
+            v = values[i]
+            if v < lo:
+                lo = v
+            if v > hi:
+                hi = v
+        cell.lo, cell.hi = lo, hi
+    cell.fresh = 0

@@ -14,11 +14,18 @@ NVLink counters grow with power and traffic over the fake's `clock`.
 A device "read" (for `lost_after_reads`) is one pass over the device's functions:
 the fake starts a new read of a device when a function is called on it again with
 the same arguments. `calls[(function, index)]` counts every call per GPU index.
+
+Calls cost what they cost on a real H100 (`H100_COSTS`, measured there: the energy counter
+~4 ms of CPU, a PCIe throughput sample ~21 ms, 20 of them asleep), so the fake does not hide
+what real NVML costs. `FakeNvml(costs={})` makes every call free; `costs={name: FakeCost(...)}`
+scripts others. CPU cost is spent with the GIL released, as a C call into NVML does.
 """
 from __future__ import annotations
 
 import math
+import threading
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
@@ -31,6 +38,40 @@ _GPM_VALUES = ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY", "NVML_
                "NVML_GPM_METRIC_DRAM_BW_UTIL", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC",
                "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC", "NVML_GPM_METRIC_PCIE_TX_PER_SEC",
                "NVML_GPM_METRIC_PCIE_RX_PER_SEC")
+
+
+@dataclass(frozen=True)
+class FakeCost:
+    """What one call costs: `cpu_s` seconds of CPU (busy, GIL released) and `sleep_s` seconds asleep."""
+
+    cpu_s: float = 0.0
+    sleep_s: float = 0.0
+
+
+# Per-call cost on an H100 80GB HBM3, driver 580.159.04 (wall / CPU of 100 calls each): the energy
+# counter 4.07 / 4.02 ms (nvmlDeviceGetFieldValues with the energy field the same), a PCIe throughput
+# sample 20.9 / 0.79 ms, a GPM sample 0.04 ms, memory info and running processes ~0.007 ms; the rest
+# (utilization, power, temperature, clocks, clock-event reasons) ~0.001 ms, below the fake's own cost.
+H100_COSTS: dict[str, FakeCost] = {
+    "nvmlDeviceGetTotalEnergyConsumption": FakeCost(cpu_s=4.02e-3, sleep_s=0.05e-3),
+    "nvmlDeviceGetPcieThroughput": FakeCost(cpu_s=0.79e-3, sleep_s=20.1e-3),
+    "nvmlGpmSampleGet": FakeCost(cpu_s=0.04e-3),
+    "nvmlDeviceGetMemoryInfo": FakeCost(cpu_s=0.007e-3),
+    "nvmlDeviceGetComputeRunningProcesses": FakeCost(cpu_s=0.007e-3),
+}
+_GRID_S = 0.1   # s: the fake integrates power and traffic on this grid
+_BLOCK = bytes(64 * 1024)   # zlib.crc32 releases the GIL on buffers over 5 KiB
+
+
+def spend(cost: FakeCost) -> None:
+    """Sleep `cost.sleep_s`, then burn `cost.cpu_s` of this thread's CPU with the GIL released."""
+    if cost.sleep_s > 0:
+        time.sleep(cost.sleep_s)
+    if cost.cpu_s > 0:
+        end = time.thread_time() + cost.cpu_s
+        while time.thread_time() < end:
+            if cost.cpu_s > 50e-6:
+                zlib.crc32(_BLOCK)
 
 
 @dataclass(frozen=True)
@@ -111,9 +152,10 @@ class _Handle:
         self.reads = 0
         self.seen: set = set()
         self.lost = False
-        self.energy_mj = 1.0e9 + index * 1.0e7   # since "driver load"
+        self.energy_mj = self.cell_energy_mj = 1.0e9 + index * 1.0e7   # since "driver load"
         self.nvlink_kib = [0.0, 0.0]
-        self.last_t: float | None = None
+        self.cell_nvlink_kib = 0.0
+        self.cells = 0   # whole _GRID_S cells integrated
         self.util_t, self.util = float("-inf"), 0.0
         self.xids = list(spec.xids)
         self.destroyed = False   # a MIG device removed by set_mig_devices
@@ -150,8 +192,11 @@ class FakeNvml:
     c_nvmlGpmMetricsGet_t = _GpmMetricsGet
     NVMLError = pynvml.NVMLError
 
-    def __init__(self, gpus=(), driver: str = "590.48.01", init_error=None, clock=time.monotonic):
+    def __init__(self, gpus=(), driver: str = "590.48.01", init_error=None, clock=time.monotonic,
+                 costs: dict[str, FakeCost] | None = None):
         self.gpus = list(gpus)
+        self.costs = dict(H100_COSTS if costs is None else costs)
+        self._lock = threading.Lock()   # NVML is thread-safe: so is the fake's bookkeeping
         self.driver = driver
         self.init_error = init_error
         self.clock = clock
@@ -199,18 +244,22 @@ class FakeNvml:
         """Count the call, advance the device's read, raise the errors its spec asks for."""
         if not self.initialized:
             raise _err(pynvml.NVML_ERROR_UNINITIALIZED)
-        self.calls[(fn, h.index)] += 1
         root = h.parent or h
-        lost_after = root.spec.lost_after_reads
-        if lost_after is not None:   # a read ends when a call repeats with the same arguments
-            key = (fn, _key(args))
-            if key in h.seen:
-                h.reads += 1
-                h.seen = set()
-            h.seen.add(key)
-            if root.reads >= lost_after and not root.lost:
-                root.lost = True
-                root.xids.append(79)   # "GPU has fallen off the bus"
+        with self._lock:
+            self.calls[(fn, h.index)] += 1
+            lost_after = root.spec.lost_after_reads
+            if lost_after is not None:   # a read ends when a call repeats with the same arguments
+                key = (fn, _key(args))
+                if key in h.seen:
+                    h.reads += 1
+                    h.seen = set()
+                h.seen.add(key)
+                if root.reads >= lost_after and not root.lost:
+                    root.lost = True
+                    root.xids.append(79)   # "GPU has fallen off the bus"
+        cost = self.costs.get(fn)
+        if cost is not None:
+            spend(cost)
         if root.lost:
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
         if h.destroyed:
@@ -225,33 +274,46 @@ class FakeNvml:
         return self.clock() - self._t0
 
     def _util(self, h: _Handle) -> float:
-        """Utilization 0..1 around the spec's load, varying with time, per GPU phase."""
-        t, load = self._t(), h.spec.load
-        if t - h.util_t < 1e-3:   # one value per millisecond: the calls of one read agree
-            return h.util
-        stall = h.spec.stall
-        if stall is not None and t % stall[0] >= stall[0] - stall[1]:
-            h.util_t, h.util = t, 0.02   # stalled: waiting on something else, SMs idle
-            return h.util
-        wave = 0.08 * math.sin(2 * math.pi * t / 7.0 + h.index) + 0.04 * math.sin(2 * math.pi * t / 1.3 + 2 * h.index)
-        h.util_t, h.util = t, min(1.0, max(0.0, load + wave * (1 if load > 0.05 else 0)))
+        """Utilization 0..1 now (one value per millisecond: the calls of one read agree)."""
+        t = self._t()
+        if t - h.util_t >= 1e-3:
+            h.util_t, h.util = t, self._util_at(h, t)
         return h.util
+
+    @staticmethod
+    def _util_at(h: _Handle, t: float) -> float:
+        """Utilization 0..1 at fake time `t` (s) around the spec's load, varying with time, per GPU phase."""
+        load, stall = h.spec.load, h.spec.stall
+        if stall is not None and t % stall[0] >= stall[0] - stall[1]:
+            return 0.02   # stalled: waiting on something else, SMs idle
+        wave = 0.08 * math.sin(2 * math.pi * t / 7.0 + h.index) + 0.04 * math.sin(2 * math.pi * t / 1.3 + 2 * h.index)
+        return min(1.0, max(0.0, load + wave * (1 if load > 0.05 else 0)))
 
     def _power_w(self, h: _Handle) -> float:
         s = h.spec
         return s.idle_power_w + (s.load_power_w - s.idle_power_w) * self._util(h)
 
+    def _rates_at(self, h: _Handle, t: float) -> tuple[float, float]:
+        """(power W, NVLink KiB/s per direction) at fake time `t`."""
+        s, u = h.spec, self._util_at(h, t)
+        nvl = 40e6 * u if s.nvlinks and not s.mig_devices else 0.0   # ~40 GiB/s per direction at full load
+        return s.idle_power_w + (s.load_power_w - s.idle_power_w) * u, nvl
+
     def _advance(self, h: _Handle) -> None:
-        """Integrate energy and NVLink traffic up to now."""
-        now = self._t()
-        if h.last_t is not None:
-            dt = max(now - h.last_t, 0.0)
-            h.energy_mj += self._power_w(h) * 1000.0 * dt
-            if h.spec.nvlinks and not h.spec.mig_devices:
-                rate_kib = 40e6 * self._util(h)  # ~40 GiB/s per direction at full load
-                h.nvlink_kib[0] += rate_kib * dt
-                h.nvlink_kib[1] += rate_kib * 1.02 * dt
-        h.last_t = now
+        """Energy and NVLink counters at now: power and traffic integrated (midpoint rule) on a fixed
+        `_GRID_S` grid from fake time 0, so they are functions of time alone, whoever reads them when."""
+        with self._lock:
+            now = max(self._t(), 0.0)
+            while (h.cells + 1) * _GRID_S <= now:
+                p, nvl = self._rates_at(h, (h.cells + 0.5) * _GRID_S)
+                h.cell_energy_mj += p * 1000.0 * _GRID_S
+                h.cell_nvlink_kib += nvl * _GRID_S
+                h.cells += 1
+            part = now - h.cells * _GRID_S
+            p, nvl = self._rates_at(h, h.cells * _GRID_S + part / 2)
+            h.energy_mj = h.cell_energy_mj + p * 1000.0 * part
+            tx = h.cell_nvlink_kib + nvl * part
+            h.nvlink_kib = [tx, tx * 1.02]
 
     # ---- init / system ---------------------------------------------------------------
     def nvmlInit(self):
@@ -373,16 +435,25 @@ class FakeNvml:
         return s.ecc_errors[0 if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else 1]
 
     def nvmlDeviceGetPcieThroughput(self, h, counter):
-        s = self._enter("nvmlDeviceGetPcieThroughput", h, counter).spec
+        self._enter("nvmlDeviceGetPcieThroughput", h, counter)
         if h.mig is not None:
             raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
-        tx = counter == pynvml.NVML_PCIE_UTIL_TX_BYTES
+        return int(self._pcie_kib_s(h, counter == pynvml.NVML_PCIE_UTIL_TX_BYTES))   # KB/s
+
+    def _pcie_kib_s(self, h: _Handle, tx: bool) -> float:
+        """PCIe traffic, KiB/s: the throughput call reports it, GPM reports it / 1024 as MiB/s."""
+        s = h.spec
         if s.pcie_kbps is not None:
-            return int(s.pcie_kbps[0 if tx else 1])
-        return int((9000 if tx else 19000) + 250000 * self._util(h) * (0.6 if tx else 1.0))   # KB/s
+            return float(s.pcie_kbps[0 if tx else 1])
+        return (9000 if tx else 19000) + 250000 * self._util(h) * (0.6 if tx else 1.0)
 
     def nvmlDeviceGetFieldValues(self, h, field_ids):
         self._enter("nvmlDeviceGetFieldValues", h, field_ids)
+        energy_id = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+        if any((f[0] if isinstance(f, tuple) else f) == energy_id for f in field_ids):
+            cost = self.costs.get("nvmlDeviceGetTotalEnergyConsumption")   # measured: the same cost
+            if cost is not None:
+                spend(cost)
         self._advance(h)
         out = []
         for f in field_ids:
@@ -392,6 +463,8 @@ class FakeNvml:
                 ret = pynvml.NVML_ERROR_NOT_SUPPORTED
             elif fid == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
                 value = h.spec.nvlinks
+            elif fid == energy_id:
+                value = h.energy_mj
             elif fid in (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
                 if not h.spec.nvlinks:
                     ret = pynvml.NVML_ERROR_NOT_SUPPORTED
@@ -474,7 +547,8 @@ class FakeNvml:
         values = {"NVML_GPM_METRIC_SM_UTIL": sm, "NVML_GPM_METRIC_SM_OCCUPANCY": sm * 0.45,
                   "NVML_GPM_METRIC_ANY_TENSOR_UTIL": sm * 0.6, "NVML_GPM_METRIC_DRAM_BW_UTIL": 100 * u * 0.4,
                   "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC": nvl, "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC": nvl * 1.02,
-                  "NVML_GPM_METRIC_PCIE_TX_PER_SEC": 9 + 150 * u, "NVML_GPM_METRIC_PCIE_RX_PER_SEC": 19 + 240 * u}
+                  "NVML_GPM_METRIC_PCIE_TX_PER_SEC": self._pcie_kib_s(h, True) / 1024,
+                  "NVML_GPM_METRIC_PCIE_RX_PER_SEC": self._pcie_kib_s(h, False) / 1024}
         by_id = {_GPM_IDS[n]: v for n, v in values.items()}
         for k in range(req.numMetrics):
             m = req.metrics[k]
@@ -499,4 +573,4 @@ def fake_cluster_node(n: int = 8, arch: str = "hopper", **kw) -> FakeNvml:
     return FakeNvml(gpus=[make()] * n, **kw)
 
 
-__all__ = ["FakeGpu", "FakeMig", "FakeNvml", "FakeProcess", "H100_MIG", "a100", "fake_cluster_node", "h200", "hopper"]
+__all__ = ["H100_COSTS", "FakeCost", "FakeGpu", "FakeMig", "FakeNvml", "FakeProcess", "H100_MIG", "a100", "fake_cluster_node", "h200", "hopper"]

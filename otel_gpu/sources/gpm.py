@@ -4,10 +4,13 @@ tensor activity, DRAM bandwidth, NVLink and PCIe rates.
 GPM metrics are computed between two samples taken more than 100 ms apart. One
 `GpmDevice` per GPU keeps two samples (allocated once) and swaps them: each
 `sample()` takes a new one and computes the metrics since the previous one. When
-called again within `min_interval` it returns the last computed values unchanged.
+called again within `min_interval` (see `sample_spacing`) it returns the last computed values
+unchanged.
 Used by `NvmlSource`, which owns `nvmlInit` and the device handles.
 """
 from __future__ import annotations
+
+import math
 
 from ..names import (
     DIRECTION, GPU_DRAM_ACTIVITY, GPU_NVLINK_RATE, GPU_PCIE_RATE,
@@ -30,6 +33,15 @@ _METRICS = {
     "NVML_GPM_METRIC_PCIE_TX_PER_SEC": (GPU_PCIE_RATE, MIB, "transmit"),
     "NVML_GPM_METRIC_PCIE_RX_PER_SEC": (GPU_PCIE_RATE, MIB, "receive"),
 }
+
+
+def sample_spacing(interval_s: float) -> float:
+    """Seconds a GPM sample waits after the last one when the source is read every `interval_s`:
+    every read when reads are more than MIN_INTERVAL_S apart (with 10% to spare), else every k-th
+    read, k the fewest reads spanning more than that (0.1 s: every other read, 0.2 s apart). Half
+    a read of slack absorbs the jitter of the reads' times, so the choice is the same every time."""
+    k = max(1, math.ceil(MIN_INTERVAL_S * 1.1 / interval_s))
+    return max(MIN_INTERVAL_S, (k - 0.5) * interval_s)
 
 
 def metric_ids(nvml) -> dict[int, str]:
@@ -86,24 +98,33 @@ class GpmDevice:
     """
 
     def __init__(self, nvml, handle, min_interval: float = MIN_INTERVAL_S):
+        min_interval = max(min_interval, MIN_INTERVAL_S)
         self._nvml = nvml
         self._handle = handle
-        self._min_interval = min_interval
+        self.min_interval = min_interval   # s: a sample() sooner than this after the last returns the last values
         self._ids = metric_ids(nvml)
         self._prev = nvml.nvmlGpmSampleAlloc()
         self._cur = nvml.nvmlGpmSampleAlloc()
         self._prev_t: float | None = None
         self._request = nvml.c_nvmlGpmMetricsGet_t()
         self.values: dict[str, float] = {}   # last computed values, raw NVML units
+        self.computed = 0                    # computations so far (each over a new interval)
+        self.interval_s = 0.0                # seconds between the two samples of the last computation
         self.unsupported: set[str] = set()   # metrics NVML answered NOT_SUPPORTED for
+
+    def due(self, now: float) -> bool:
+        """A sample at `now` (seconds) would be taken (not within `min_interval` of the last)."""
+        return self._prev_t is None or now - self._prev_t > self.min_interval
 
     def sample(self, now: float) -> dict[str, float]:
         """Take a sample at `now` (seconds) and return the metrics since the last one."""
-        if self._prev_t is not None and now - self._prev_t <= self._min_interval:
+        if not self.due(now):
             return self.values
         self._nvml.nvmlGpmSampleGet(self._handle, self._cur)
         if self._prev_t is not None:
             self.values = self._compute()
+            self.interval_s = now - self._prev_t
+            self.computed += 1
         self._prev, self._cur = self._cur, self._prev
         self._prev_t = now
         return self.values

@@ -6,13 +6,20 @@ The NVML module is a constructor argument: the real `pynvml` or a `FakeNvml`.
 Capabilities are probed once per device: a call answered NOT_SUPPORTED is never
 made again and its metric is left out (never reported as 0). A GPU that is lost
 is marked failed (`hw.status`) and no longer read; the other GPUs keep reporting.
+
+Costly calls never stall the sampling round (nvml_costs.py reads them at the cadence
+nvml_cadence.py sets; nvml_device.py holds a device's state and makes each call): the energy counter is read
+in the background, every 10 s or less often as the node's GPU count and measured call cost
+require, and PCIe bytes come from GPM's PCIe rates where GPM gives them (else from PCIe
+throughput samples taken in the background). `cadence=False` reads every field in every
+round instead (the reference the cadence is checked against).
 """
 from __future__ import annotations
 
-import functools
 import os
-import re
+import threading
 import time
+from functools import partial
 
 import pynvml
 
@@ -20,105 +27,42 @@ from .. import names as N
 from ..readings import SLOW_READ_S, Reading, SourceError
 from . import gpm as gpm_mod
 from . import nvml_errors as E
+from .nvml_cadence import BUDGET_CPU, timed
+from .nvml_costs import FIELDS, CostlyFields
+from .nvml_device import (CLOCK_FNS, CLOCK_REASONS, KIB, MIG_RESCAN_S, SKIP, Device, DeviceLost, call,
+                          clock_reason_items, clock_reason_values, mig_profile, text)
 from .procenv import rank_of
 
-KIB = 1024
-PCIE_MIN_INTERVAL_S = 1.0   # seconds between nvmlDeviceGetPcieThroughput calls per device
-MIG_RESCAN_S = 30.0         # seconds between listings of a MIG-mode GPU's MIG devices
-_SKIP = object()
-FIELDS = ("utilization", "memory", "power", "power_limit", "energy", "temperature", "clock_sm", "clock_memory",
-          "clock_events", "ecc_corrected", "ecc_uncorrected", "pcie_transmit", "pcie_receive", "nvlink",
-          "processes", "xid", "mig")  # metric groups, as describe() names them
-_CLOCK_FNS = ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons")
 _VALUE_FIELD = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}  # by valueType
-
-# NVML clock-event (throttle) reason bits -> snake_case reason names.
-CLOCK_REASONS = {0x001: "gpu_idle", 0x002: "applications_clocks_setting", 0x004: "sw_power_cap",
-                 0x008: "hw_slowdown", 0x010: "sync_boost", 0x020: "sw_thermal_slowdown",
-                 0x040: "hw_thermal_slowdown", 0x080: "hw_power_brake", 0x100: "display_clock_setting"}
-
-
-def clock_reason_values(mask: int) -> dict[str, int]:
-    """Every known reason -> 1 if its bit is set in `mask`, else 0; unknown set bits as `bit_<n>`."""
-    return dict(_clock_reason_items(mask))
-
-
-@functools.lru_cache(maxsize=64)
-def _clock_reason_items(mask: int) -> tuple[tuple[str, int], ...]:
-    """`clock_reason_values` as items, computed once per mask (masks rarely change)."""
-    out = [(name, int(bool(mask & bit))) for bit, name in CLOCK_REASONS.items()]
-    rest = mask & ~sum(CLOCK_REASONS)
-    while rest:
-        low = rest & -rest
-        out.append((f"bit_{low.bit_length() - 1}", 1))
-        rest ^= low
-    return tuple(out)
-
-
-def mig_profile(name: str) -> str | None:
-    """'NVIDIA H100 80GB HBM3 MIG 1g.10gb' -> '1g.10gb' (None when not a MIG name)."""
-    m = re.search(r"\bMIG\s+(\S+)\s*$", name)
-    return m.group(1) if m else None
-
-
-def _text(v) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)
-
-
-class _DeviceLost(Exception):
-    pass
-
-
-class _Device:
-    """One GPU (or MIG device): its handle, identity and what it cannot do."""
-
-    def __init__(self, index, handle, uuid, name, parent=None):
-        self.index, self.handle, self.uuid, self.name, self.parent = index, handle, uuid, name, parent
-        self.failed: str | None = None
-        self.unsupported: dict[str, str] = {}   # field -> reason (probed once)
-        self.errors: dict[str, str] = {}        # field -> last transient error
-        self.probed = False
-        self.mig_mode: str = "unknown"
-        self.migs: list[_Device] = []
-        self.migs_listed_at = 0.0   # monotonic s
-        self.nvlink = False
-        self.gpm: gpm_mod.GpmDevice | None = None
-        self.gpm_status = "not probed"
-        self.clock_fn = _CLOCK_FNS[0]
-        self.xid: dict[int, int] = {}
-        self.pcie: dict[str, list[float]] = {}   # direction -> [bytes total, last KB/s, last t]
-        self.slow: tuple[float, list[Reading]] | None = None   # (read at, readings) of _slow()
-        self.by_mask: dict[int, list[Reading]] = {}   # clock-event mask -> its readings
-        self.attrs = {N.HW_ID: uuid, N.HW_NAME: name, N.HW_VENDOR: "nvidia", N.HW_TYPE: "gpu",
-                      N.GPU_INDEX: str(index)}
-        if parent is not None:
-            self.attrs[N.HW_PARENT] = parent.uuid
-            profile = mig_profile(name)
-            if profile:
-                self.attrs[N.MIG_PROFILE] = profile
-        self._tagged: dict[tuple[str, str], dict[str, str]] = {}
-
-    def tagged(self, key: str, value: str) -> dict[str, str]:
-        """`attrs` plus one attribute, built once (readings share it: never mutate it)."""
-        attrs = self._tagged.get((key, value))
-        if attrs is None:
-            attrs = self._tagged[(key, value)] = {**self.attrs, key: value}
-        return attrs
+__all__ = ["CLOCK_REASONS", "MIG_RESCAN_S", "NvmlSource", "clock_reason_values", "mig_profile"]
 
 
 class NvmlSource:
     """Reads every NVIDIA GPU through `nvml` (module `pynvml` or a `FakeNvml`).
 
     `proc_root` is where process ranks and names are read; `clock` returns seconds
-    (monotonic) and times PCIe integration and GPM sampling; `gpm=False` turns GPM off.
+    (monotonic) and times PCIe integration and GPM sampling; `gpm=False` turns GPM off;
+    `interval_s` is how often `read()` is called (s), if regularly: GPM then samples every read,
+    or every other read below ~0.11 s (GPM needs more than 100 ms between samples; see
+    gpm.sample_spacing); None samples at every read more than 100 ms after the last sample.
+    `cadence=True` reads costly fields apart from the round (see nvml_cadence.py): in a
+    background thread with `background=True` (the agent), else within `read()` when due;
+    together they use at most `budget_cpu` of one core.
     Raises `SourceError` (one line) when NVML cannot start or finds no GPU.
     """
 
     name = "nvml"
 
-    def __init__(self, nvml=pynvml, proc_root: str = "/proc", clock=time.monotonic, gpm: bool = True):
+    def __init__(self, nvml=pynvml, proc_root: str = "/proc", clock=time.monotonic, gpm: bool = True,
+                 cadence: bool = True, background: bool = False, budget_cpu: float = BUDGET_CPU,
+                 interval_s: float | None = None):
         self._nvml, self._proc_root, self._clock, self._gpm_on = nvml, proc_root, clock, gpm
-        self.partial_errors = 0
+        # _call(dev, field, fn_name, *args): nvml.<fn_name>(*args), or SKIP when unsupported
+        # (remembered) or failing now (counted); see nvml_device.call
+        self._call = partial(call, nvml, self._error)
+        self._interval_s = interval_s
+        self._errors = 0
+        self._errors_lock = threading.Lock()
         self._pids: set[int] = set()
         self._proc_cache: dict[int, tuple[str, str | None]] = {}
         try:
@@ -127,7 +71,7 @@ class NvmlSource:
             raise SourceError(E.init_error_line(err)) from None
         self._closed = False
         try:
-            self.driver = _text(nvml.nvmlSystemGetDriverVersion())
+            self.driver = text(nvml.nvmlSystemGetDriverVersion())
             count = nvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as err:
             self.close()
@@ -138,42 +82,28 @@ class NvmlSource:
         self.devices = [self._open(i) for i in range(count)]
         self._by_handle = {E.handle_key(d.handle): d for d in self.devices if d.handle is not None}
         self._xid = E.XidEvents(nvml)
+        self._costly = CostlyFields(nvml, self.devices, self._call, clock, cadence, background, budget_cpu,
+                                    interval_s)
 
-    def _open(self, i: int) -> _Device:
+    def _open(self, i: int) -> Device:
         nvml = self._nvml
         try:
             h = nvml.nvmlDeviceGetHandleByIndex(i)
-            dev = _Device(i, h, _text(nvml.nvmlDeviceGetUUID(h)), _text(nvml.nvmlDeviceGetName(h)))
+            dev = Device(i, h, text(nvml.nvmlDeviceGetUUID(h)), text(nvml.nvmlDeviceGetName(h)))
         except pynvml.NVMLError as err:
-            dev = _Device(i, None, f"nvidia-gpu-index-{i}", "unknown NVIDIA GPU")
+            dev = Device(i, None, f"nvidia-gpu-index-{i}", "unknown NVIDIA GPU")
             dev.failed = E.describe_error(err)
-            self.partial_errors += 1
+            self._error()
         return dev
 
-    # ---- calling NVML ----------------------------------------------------------
-    def _call(self, dev: _Device, field: str, fn_name: str, *args):
-        """`nvml.<fn_name>(*args)`, or _SKIP when unsupported (remembered) or failing now."""
-        if field in dev.unsupported:
-            return _SKIP
-        fn = getattr(self._nvml, fn_name, None)
-        if fn is None:
-            dev.unsupported[field] = f"{fn_name} not in this NVML binding"
-            return _SKIP
-        try:
-            value = fn(*args)
-        except pynvml.NVMLError as err:
-            kind = E.classify(err)
-            if kind == E.LOST:
-                raise _DeviceLost(E.describe_error(err)) from None
-            if kind == E.UNSUPPORTED:
-                dev.unsupported[field] = E.describe_error(err)
-            else:
-                dev.errors[field] = E.describe_error(err)
-                self.partial_errors += 1
-            return _SKIP
-        if dev.errors:
-            dev.errors.pop(field, None)
-        return value
+    @property
+    def partial_errors(self) -> int:
+        """Partial failures so far (a field, a GPU), from the sampling round and background reads."""
+        return self._errors + self._costly.errors
+
+    def _error(self, n: int = 1) -> None:
+        with self._errors_lock:   # background reads count here too
+            self._errors += n
 
     # ---- the Source protocol -------------------------------------------------
     def read(self) -> list[Reading]:
@@ -186,14 +116,17 @@ class NvmlSource:
             dev = self._by_handle.get(key)
             if dev is not None:
                 dev.xid[code] = dev.xid.get(code, 0) + 1
-        self.partial_errors += self._xid.errors - failed_waits
+        if self._xid.errors != failed_waits:
+            self._error(self._xid.errors - failed_waits)
         for dev in self.devices:
+            if dev.lost_pending and not dev.failed:
+                self._mark_lost(dev, dev.lost_pending)
             if not dev.failed:
                 try:
                     if not dev.probed:
                         self._probe(dev)
                     out.extend(self._read_device(dev, now, pids))
-                except _DeviceLost as lost:
+                except DeviceLost as lost:
                     self._mark_lost(dev, str(lost))
             out.extend(self._status(dev))
         self._pids = pids
@@ -204,24 +137,24 @@ class NvmlSource:
         """PIDs using a GPU in the last read."""
         return set(self._pids)
 
-    def _mark_lost(self, dev: _Device, reason: str) -> None:
+    def _mark_lost(self, dev: Device, reason: str) -> None:
         dev.failed = reason
-        self.partial_errors += 1
+        self._error()
         if dev.gpm is not None:
             dev.gpm.close()
             dev.gpm = None
 
-    def _status(self, dev: _Device) -> tuple[Reading, Reading]:
+    def _status(self, dev: Device) -> tuple[Reading, Reading]:
         ok = 0 if dev.failed else 1
         return (Reading(N.GPU_STATUS, ok, dev.tagged(N.HW_STATE, "ok")),
                 Reading(N.GPU_STATUS, 1 - ok, dev.tagged(N.HW_STATE, "failed")))
 
     # ---- probing (once per device) ---------------------------------------------
-    def _probe(self, dev: _Device) -> None:
+    def _probe(self, dev: Device) -> None:
         nvml = self._nvml
         mode = self._call(dev, "mig", "nvmlDeviceGetMigMode", dev.handle)
-        enabled = mode is not _SKIP and mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
-        dev.mig_mode = "unsupported" if mode is _SKIP else ("enabled" if enabled else "disabled")
+        enabled = mode is not SKIP and mode[0] == nvml.NVML_DEVICE_MIG_ENABLE
+        dev.mig_mode = "unsupported" if mode is SKIP else ("enabled" if enabled else "disabled")
         if enabled:
             self._enumerate_migs(dev, self._clock())
         links = self._field_values(dev, "nvlink", [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
@@ -231,7 +164,7 @@ class NvmlSource:
         try:
             reason = self._xid.register(dev.handle)
         except pynvml.NVMLError as err:
-            raise _DeviceLost(E.describe_error(err)) from None
+            raise DeviceLost(E.describe_error(err)) from None
         if reason:
             dev.unsupported["xid"] = reason
         if not self._gpm_on:
@@ -242,66 +175,68 @@ class NvmlSource:
             ok, dev.gpm_status = gpm_mod.query_support(nvml, dev.handle)
             if ok:
                 try:
-                    dev.gpm = gpm_mod.GpmDevice(nvml, dev.handle)
+                    dev.gpm = gpm_mod.GpmDevice(nvml, dev.handle, gpm_mod.sample_spacing(self._interval_s)
+                                                if self._interval_s else gpm_mod.MIN_INTERVAL_S)
                 except pynvml.NVMLError as err:
                     if E.classify(err) == E.LOST:
-                        raise _DeviceLost(E.describe_error(err)) from None
+                        raise DeviceLost(E.describe_error(err)) from None
                     dev.gpm_status = f"sample allocation failed ({E.describe_error(err)})"
+        self._costly.setup(dev)
         dev.probed = True
 
-    def _enumerate_migs(self, dev: _Device, now: float) -> None:
+    def _enumerate_migs(self, dev: Device, now: float) -> None:
         """List `dev`'s MIG devices; those listed before (same UUID) keep their state."""
         nvml = self._nvml
         known = {m.uuid: m for m in dev.migs}
         migs = []
         count = self._call(dev, "mig_devices", "nvmlDeviceGetMaxMigDeviceCount", dev.handle)
-        for i in range(0 if count is _SKIP else count):
+        for i in range(0 if count is SKIP else count):
             try:
                 h = nvml.nvmlDeviceGetMigDeviceHandleByIndex(dev.handle, i)
-                uuid = _text(nvml.nvmlDeviceGetUUID(h))
+                uuid = text(nvml.nvmlDeviceGetUUID(h))
                 mig = known.get(uuid)
                 if mig is None:
-                    mig = _Device(dev.index, h, uuid, _text(nvml.nvmlDeviceGetName(h)), dev)
+                    mig = Device(dev.index, h, uuid, text(nvml.nvmlDeviceGetName(h)), dev)
                 mig.handle = h
             except pynvml.NVMLError as err:
                 if E.classify(err) == E.LOST:
-                    raise _DeviceLost(E.describe_error(err)) from None
+                    raise DeviceLost(E.describe_error(err)) from None
                 continue  # NOT_FOUND: no MIG device in this slot
             migs.append(mig)
         dev.migs = migs
         dev.migs_listed_at = now
 
     # ---- reading one device ----------------------------------------------------
-    def _read_device(self, dev: _Device, now: float, pids: set[int]) -> list[Reading]:
+    def _read_device(self, dev: Device, now: float, pids: set[int]) -> list[Reading]:
         nvml, a, out = self._nvml, dev.attrs, []
         add = out.append
         h = dev.handle
         task = dev.tagged(N.GPU_TASK, "general")
         u = self._call(dev, "utilization", "nvmlDeviceGetUtilizationRates", h)
-        if u is not _SKIP:
+        if u is not SKIP:
             add(Reading(N.GPU_UTILIZATION, u.gpu / 100.0, task))
             add(Reading(N.GPU_MEMORY_UTILIZATION, u.memory / 100.0, task))
         out.extend(self._memory(dev))
         p = self._call(dev, "power", "nvmlDeviceGetPowerUsage", h)
-        if p is not _SKIP:
+        if p is not SKIP:
             add(Reading(N.GPU_POWER, p / 1000.0, a))                     # mW -> W
-        e = self._call(dev, "energy", "nvmlDeviceGetTotalEnergyConsumption", h)
-        if e is not _SKIP:
-            add(Reading(N.GPU_ENERGY, e / 1000.0, a))                    # mJ -> J
+        out.extend(self._costly.energy(dev, now))
         t = self._call(dev, "temperature", "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
-        if t is not _SKIP:
+        if t is not SKIP:
             add(Reading(N.GPU_TEMPERATURE, float(t), a))
         for domain, clock in (("sm", nvml.NVML_CLOCK_SM), ("memory", nvml.NVML_CLOCK_MEM)):
             c = self._call(dev, f"clock_{domain}", "nvmlDeviceGetClockInfo", h, clock)
-            if c is not _SKIP:
+            if c is not SKIP:
                 add(Reading(N.GPU_CLOCK, c * 1e6, dev.tagged(N.CLOCK_DOMAIN, domain)))  # MHz -> Hz
         mask = self._clock_events(dev)
-        if mask is not _SKIP:
+        if mask is not SKIP:
             out.extend(self._clock_event_readings(dev, int(mask)))
         out.extend(self._slow(dev, now))
         for code, n in sorted(dev.xid.items()):
             add(Reading(N.GPU_ERRORS, float(n), dev.tagged(N.ERROR_TYPE, f"xid_{code}")))
-        out.extend(self._pcie(dev, now))
+        if dev.gpm is not None:
+            out.extend(self._gpm(dev, now))   # before PCIe: its PCIe rates feed the PCIe byte counters
+        out.extend(self._costly.pcie(dev, now))
         out.extend(self._nvlink(dev))
         if dev.mig_mode == "enabled" and now - dev.migs_listed_at >= MIG_RESCAN_S:
             self._enumerate_migs(dev, now)   # an admin may have created or destroyed MIG devices
@@ -311,85 +246,57 @@ class NvmlSource:
                 out.extend(self._processes(mig, pids))
         else:
             out.extend(self._processes(dev, pids))
-        if dev.gpm is not None:
-            out.extend(self._gpm(dev, now))
         return out
 
     @staticmethod
-    def _clock_event_readings(dev: _Device, mask: int) -> list[Reading]:
+    def _clock_event_readings(dev: Device, mask: int) -> list[Reading]:
         """One reading per reason, built once per mask and device (masks rarely change)."""
         readings = dev.by_mask.get(mask)
         if readings is None:
             if len(dev.by_mask) > 64:
                 dev.by_mask.clear()
             readings = dev.by_mask[mask] = [Reading(N.GPU_CLOCK_EVENT, active, dev.tagged(N.CLOCK_REASON, reason))
-                                            for reason, active in _clock_reason_items(mask)]
+                                            for reason, active in clock_reason_items(mask)]
         return readings
 
-    def _clock_events(self, dev: _Device):
+    def _clock_events(self, dev: Device):
         """The clock-event reason mask; drivers older than the 'EventReasons' name get the 'Throttle' one."""
         mask = self._call(dev, "clock_events", dev.clock_fn, dev.handle)
         reason = dev.unsupported.get("clock_events", "")
-        if mask is _SKIP and dev.clock_fn == _CLOCK_FNS[0] and reason.startswith(("Function Not Found", _CLOCK_FNS[0])):
+        if mask is SKIP and dev.clock_fn == CLOCK_FNS[0] and reason.startswith(("Function Not Found", CLOCK_FNS[0])):
             del dev.unsupported["clock_events"]
-            dev.clock_fn = _CLOCK_FNS[1]
+            dev.clock_fn = CLOCK_FNS[1]
             mask = self._call(dev, "clock_events", dev.clock_fn, dev.handle)
         return mask
 
-    def _memory(self, dev: _Device) -> list[Reading]:
+    def _memory(self, dev: Device) -> list[Reading]:
         m = self._call(dev, "memory", "nvmlDeviceGetMemoryInfo", dev.handle)
-        if m is _SKIP:
+        if m is SKIP:
             return []
         return [Reading(N.GPU_MEMORY_USAGE, float(m.used), dev.attrs),
                 Reading(N.GPU_MEMORY_LIMIT, float(m.total), dev.attrs)]
 
-    def _slow(self, dev: _Device, now: float) -> list[Reading]:
+    def _slow(self, dev: Device, now: float) -> list[Reading]:
         """Power limit and volatile ECC totals: they change by an admin's action or rarely, so
         they are read every SLOW_READ_S seconds and the same readings repeated in between."""
         if dev.slow is not None and now - dev.slow[0] < SLOW_READ_S:
             return dev.slow[1]
         nvml, out = self._nvml, []
         p = self._call(dev, "power_limit", "nvmlDeviceGetEnforcedPowerLimit", dev.handle)
-        if p is not _SKIP:
+        if p is not SKIP:
             out.append(Reading(N.GPU_POWER_LIMIT, p / 1000.0, dev.attrs))      # mW -> W
         for kind, etype in (("ecc_corrected", nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
                             ("ecc_uncorrected", nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED)):
             n = self._call(dev, kind, "nvmlDeviceGetTotalEccErrors", dev.handle, etype, nvml.NVML_VOLATILE_ECC)
-            if n is not _SKIP:
+            if n is not SKIP:
                 out.append(Reading(N.GPU_ERRORS, float(n), dev.tagged(N.ERROR_TYPE, kind)))
         dev.slow = (now, out)
         return out
 
-    def _pcie(self, dev: _Device, now: float) -> list[Reading]:
-        """PCIe bytes, integrated (trapezoid) from NVML's KB/s samples (KB = 1024 bytes).
-
-        NVML measures each sample over 20 ms inside the call, so it is taken at most every
-        PCIE_MIN_INTERVAL_S seconds; a 100 ms agent would otherwise spend 320 ms a round on 8 GPUs.
-        """
-        nvml, out = self._nvml, []
-        for direction, counter in (("transmit", nvml.NVML_PCIE_UTIL_TX_BYTES), ("receive", nvml.NVML_PCIE_UTIL_RX_BYTES)):
-            state = dev.pcie.get(direction)
-            if state is not None and now - state[2] < PCIE_MIN_INTERVAL_S:
-                # each call samples a counter for 20 ms inside the driver: at most once a second
-                out.append(Reading(N.GPU_PCIE_IO, state[0], dev.tagged(N.DIRECTION, direction)))
-                continue
-            rate = self._call(dev, f"pcie_{direction}", "nvmlDeviceGetPcieThroughput", dev.handle, counter)
-            if rate is _SKIP:
-                continue
-            state = dev.pcie.get(direction)
-            if state is None:
-                state = dev.pcie[direction] = [0.0, float(rate), now]
-            else:
-                dt = max(now - state[2], 0.0)
-                state[0] += (state[1] + rate) / 2.0 * KIB * dt
-                state[1], state[2] = float(rate), now
-            out.append(Reading(N.GPU_PCIE_IO, state[0], dev.tagged(N.DIRECTION, direction)))
-        return out
-
-    def _field_values(self, dev: _Device, field: str, ids: list) -> list[float] | None:
+    def _field_values(self, dev: Device, field: str, ids: list) -> list[float] | None:
         """Values of NVML field ids (None when the call or any field is unsupported)."""
         vals = self._call(dev, field, "nvmlDeviceGetFieldValues", dev.handle, ids)
-        if vals is _SKIP:
+        if vals is SKIP:
             return None
         out = []
         for v in vals:
@@ -399,7 +306,7 @@ class NvmlSource:
             out.append(float(getattr(v.value, _VALUE_FIELD.get(v.valueType, "ullVal"))))
         return out
 
-    def _nvlink(self, dev: _Device) -> list[Reading]:
+    def _nvlink(self, dev: Device) -> list[Reading]:
         """NVLink data bytes, all links (NVML's cumulative KiB counters, scope 0 = GPU-wide)."""
         if not dev.nvlink:
             return []
@@ -411,9 +318,9 @@ class NvmlSource:
         return [Reading(N.GPU_NVLINK_IO, vals[0] * KIB, dev.tagged(N.DIRECTION, "transmit")),
                 Reading(N.GPU_NVLINK_IO, vals[1] * KIB, dev.tagged(N.DIRECTION, "receive"))]
 
-    def _processes(self, dev: _Device, pids: set[int]) -> list[Reading]:
+    def _processes(self, dev: Device, pids: set[int]) -> list[Reading]:
         procs = self._call(dev, "processes", "nvmlDeviceGetComputeRunningProcesses", dev.handle)
-        if procs is _SKIP:
+        if procs is SKIP:
             return []
         used: dict[int, float] = {}
         for p in procs:
@@ -422,10 +329,16 @@ class NvmlSource:
         out = []
         for pid, mem in sorted(used.items()):
             pids.add(pid)
-            exe, rank = self._process_info(pid)
-            attrs = {**dev.attrs, N.PID: str(pid), N.EXECUTABLE: exe}
-            if rank is not None:
-                attrs[N.RANK] = rank
+            info = self._process_info(pid)
+            attrs = dev.proc_attrs.get((pid, info))
+            if attrs is None:   # built once per process: the store then files its reading by identity
+                if len(dev.proc_attrs) > 256:
+                    dev.proc_attrs.clear()
+                exe, rank = info
+                attrs = {**dev.attrs, N.PID: str(pid), N.EXECUTABLE: exe}
+                if rank is not None:
+                    attrs[N.RANK] = rank
+                dev.proc_attrs[(pid, info)] = attrs
             out.append(Reading(N.GPU_PROCESS_MEMORY, mem, attrs))
         return out
 
@@ -441,28 +354,41 @@ class NvmlSource:
             info = self._proc_cache[pid] = (exe, rank_of(pid, self._proc_root))
         return info
 
-    def _gpm(self, dev: _Device, now: float) -> list[Reading]:
+    def _gpm(self, dev: Device, now: float) -> list[Reading]:
+        """GPM readings; between two samples (see gpm.sample_spacing) the last ones, as they were."""
+        if not dev.gpm.due(now):
+            return dev.gpm_out
         try:
-            values = dev.gpm.sample(now)
+            if "gpm" in dev.settled:
+                values = dev.gpm.sample(now)
+            else:
+                values = timed(dev.costs, "gpm", "nvmlGpmSampleGet", dev.gpm.sample, now)
+                if dev.costs["gpm"].known:
+                    dev.settled.add("gpm")
         except pynvml.NVMLError as err:
             kind = E.classify(err)
             if kind == E.LOST:
-                raise _DeviceLost(E.describe_error(err)) from None
+                raise DeviceLost(E.describe_error(err)) from None
             if kind == E.UNSUPPORTED:
                 dev.gpm_status = f"unsupported ({E.describe_error(err)})"
                 dev.gpm.close()
                 dev.gpm = None
             else:
                 dev.errors["gpm"] = E.describe_error(err)
-                self.partial_errors += 1
+                self._error()
             return []
-        return gpm_mod.gpm_readings(values, dev.attrs, nvlink=dev.nvlink, tagged=dev.tagged)
+        self._costly.add_gpm_rates(dev, values)   # new rates over a new interval: PCIe bytes grow
+        dev.gpm_out = gpm_mod.gpm_readings(values, dev.attrs, nvlink=dev.nvlink, tagged=dev.tagged)
+        return dev.gpm_out
 
     # ---- doctor ------------------------------------------------------------------
     def describe(self) -> dict:
         """Driver, each GPU (name, UUID, index, MIG mode) and which metric groups it has."""
         if any(not d.probed and not d.failed for d in self.devices):
             self.read()
+        deadline = time.monotonic() + 2.0   # background reads in flight: let them finish so their costs show
+        while time.monotonic() < deadline and self._costly.pending():
+            time.sleep(0.01)
         gpus = []
         for d in self.devices:
             gpus.append({
@@ -479,13 +405,15 @@ class NvmlSource:
                 "xid_events": dict(sorted(d.xid.items())),
             })
         return {"source": self.name, "driver_version": self.driver, "gpu_count": len(self.devices),
-                "partial_errors": self.partial_errors, "gpus": gpus}
+                "partial_errors": self.partial_errors, "gpus": gpus, "field_costs": self._costly.field_costs()}
 
     def close(self) -> None:
         """Free GPM samples and the event set, then `nvmlShutdown` (idempotent)."""
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        if hasattr(self, "_costly"):
+            self._costly.close()
         for d in getattr(self, "devices", []):
             if d.gpm is not None:
                 d.gpm.close()
@@ -495,4 +423,4 @@ class NvmlSource:
                 self._xid.close()
             self._nvml.nvmlShutdown()
         except pynvml.NVMLError:
-            self.partial_errors += 1
+            self._error()

@@ -1,3 +1,6 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from otel_gpu import names
 from otel_gpu.readings import Reading
 from otel_gpu.agent.store import Store
@@ -72,3 +75,22 @@ def test_a_nan_leaves_the_window_mean_when_it_leaves_the_window():
         (mean,), _, _, _ = store.columns(now=float(t))[names.GPU_UTILIZATION.name]
         assert (mean != mean) == (t <= 2)   # NaN while the NaN sample is inside the 2-s window
     assert store.columns(4.0)[names.GPU_UTILIZATION.name][0] == [0.5]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.05, 0.7), st.sampled_from([0.0, 0.5, 1.0, 2.0, -1.0]),
+                          st.integers(0, 3)), min_size=1, max_size=60))
+def test_window_min_max_match_the_samples_in_the_window(steps):
+    """The extremes kept from export to export equal min/max over the window's samples, however
+    puts, exports and samples leaving the window interleave (ties and repeats included)."""
+    store = Store(window_s=1.0)
+    now, samples = 0.0, []   # one clock for puts and exports, never going back
+    for dt, value, exports in steps:
+        now += dt
+        store.put("s", [Reading(names.GPU_UTILIZATION, value, {"k": "v"})], now)
+        samples.append((now, value))
+        for _ in range(exports):
+            columns = store.columns(now).get(names.GPU_UTILIZATION.name)
+            window = [v for t, v in samples if t >= now - 1.0]
+            assert (columns[1], columns[2]) == (([min(window)], [max(window)]) if window else ([], []))
+            now += 0.06   # the next export is later (past the store's 0.05 s columns cache)

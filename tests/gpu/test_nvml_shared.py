@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from otel_gpu import names as N
 from otel_gpu.readings import Source
 from otel_gpu.sources.nvml import CLOCK_REASONS, NvmlSource
@@ -65,9 +67,10 @@ def test_unsupported_fields_are_absent_not_zero(backend):
                 assert not select(readings, metric, hw__id=gpu["uuid"]), f"{metric} reported though {field} unsupported"
 
 
-def test_energy_counter_is_monotonic(backend):
+@pytest.mark.parametrize("cadence", [True, False], ids=["cadence", "every-read"])
+def test_energy_counter_is_monotonic(backend, cadence):
     kind, nvml = backend
-    src = NvmlSource(nvml=nvml)
+    src = NvmlSource(nvml=nvml, cadence=cadence)
     try:
         seen = []
         for _ in range(3):
@@ -75,11 +78,14 @@ def test_energy_counter_is_monotonic(backend):
             time.sleep(0.05)
     finally:
         src.close()
+    assert seen[0], "no energy reading in the first read"
     for gpu in seen[0]:
         values = [s[gpu] for s in seen]
         assert values == sorted(values)
-        if kind == "fake":
+        if kind == "fake" and not cadence:
             assert values[2] > values[0]
+        if cadence:   # the costly counter is read once in 10 s and repeated in between
+            assert values[0] == values[2]
 
 
 def test_clock_event_reasons_are_all_present_as_0_or_1(backend):
@@ -133,3 +139,31 @@ def test_gpm_metrics_where_supported_and_absent_elsewhere(backend):
             assert sm is None
     if kind == "fake":
         assert all(g["gpm"] == "supported" for g in desc["gpus"])
+
+
+def test_cadence_reports_the_same_series_and_values_as_every_read(backend):
+    """The costly fields read apart (energy in the background, PCIe from GPM) against every field
+    every read: the same series, the same limits, gauges close, energy at most one read behind."""
+    from otel_gpu.agent.store import attrs_key
+
+    _, nvml = backend
+    every, fast = NvmlSource(nvml=nvml, cadence=False), NvmlSource(nvml=nvml)
+    try:
+        for _ in range(3):
+            a = {(r.spec.name, attrs_key(r.attributes)): r.value for r in every.read()}
+            b = {(r.spec.name, attrs_key(r.attributes)): r.value for r in fast.read()}
+            time.sleep(0.15)
+    finally:
+        every.close()
+        fast.close()
+    assert a.keys() == b.keys()
+    for key, value in a.items():
+        name = key[0]
+        if name in (N.GPU_MEMORY_LIMIT.name, N.GPU_POWER_LIMIT.name, N.GPU_STATUS.name):
+            assert b[key] == value, key
+        elif name == N.GPU_ENERGY.name:
+            assert 0 <= value - b[key] <= 2000.0 * 1.0, key          # J: <= 1 s behind at <= 2 kW
+        elif name == N.GPU_PCIE_IO.name:
+            assert value >= 0 and b[key] >= 0
+        elif name in (N.GPU_UTILIZATION.name, N.GPU_SM_ACTIVITY.name, N.GPU_TENSOR_ACTIVITY.name):
+            assert abs(b[key] - value) <= 0.3, key
