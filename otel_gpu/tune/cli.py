@@ -231,6 +231,7 @@ def run(args) -> int:
     except ImportError:
         raise UsageError("optuna is not installed (pip install 'otel-gpu[tune]')") from None
     from ..errors import Failure
+    from ..words import count
     from . import config as C, report
     from .extensions import PrebuildError
     from .study import TuneError, Tuner, open_storage
@@ -259,8 +260,8 @@ def run(args) -> int:
     except (TuneError, OSError, C.ConfigError) as exc:   # the base config, the study, the --out folder
         raise UsageError(getattr(exc, "strerror", None) and f"{exc.strerror}: {exc.filename}" or str(exc)) from None
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}   # as Ctrl-C
-    console.print(f"study {settings.study_name!r} in {settings.storage}: {tuner.counted()}/{settings.trials} trials "
-                  f"done; results in {settings.out}", highlight=False)
+    console.print(f"study {settings.study_name!r} in {settings.storage}: {tuner.counted()} of "
+                  f"{count(settings.trials, 'trial')} done; results in {settings.out}", highlight=False)
     try:
         tuner.run()
     except TuneError as exc:

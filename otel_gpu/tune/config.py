@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import errors, output
+from ..words import count
 from .space import MICRO_BATCH, ZERO, Space, get_path, normalize
 
 AUTO = "auto"
@@ -188,7 +189,7 @@ def validate(config: Mapping, world_size: int | None = None) -> list[str]:
     total, micro, accum = (batch[k] for k in (TRAIN_BATCH, MICRO_BATCH, GRAD_ACCUM))
     numeric = all(_int_like(v) and v >= 1 for v in (total, micro, accum))
     if world_size and _int_like(total) and _int_like(micro) and micro >= 1 and total % (micro * world_size):
-        reasons.append(f"{TRAIN_BATCH}={total} cannot be split into micro batches of {micro} on {world_size} ranks "
+        reasons.append(f"{TRAIN_BATCH}={total} cannot be split into micro batches of {micro} on {count(world_size, 'rank')} "
                        f"({total} is not a multiple of {micro} x {world_size})")
     elif world_size and numeric and total != micro * accum * world_size:
         reasons.append(f"{TRAIN_BATCH}={total} is not {MICRO_BATCH}={micro} x {GRAD_ACCUM}={accum} "

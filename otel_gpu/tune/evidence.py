@@ -7,8 +7,12 @@ One dict per trial (kept in the study, so any node can write the report):
   blocked) or "gpu" (NCCL kernels' time from the Flight Recorder),
 - `window_s`: the steady window's length, `not_checked`: {key: why} for every key without a number.
 
-Read from the trial's recording (`from_recording`) or from Prometheus (`prom_queries`): the same
-definitions in both, as PromQL mirrors (avg_over_time, max_over_time, rate, increase).
+Read from the trial's recording (`from_recording`) or from Prometheus (`from_prometheus`): the same
+definitions in both. Gauges: the samples in the window (PromQL avg_over_time/max_over_time over a
+window of exactly its length, in ms). Collective time per step: each rank's counters at the window's
+end less their value at or before its start (a series born inside the window counts from 0), in PromQL
+`x - x offset <window>` at the end, so both paths count the same steps and the same collective time.
+Byte counters: the mean rate between their samples in the window (PromQL `rate`, which estimates it).
 """
 from __future__ import annotations
 
@@ -104,20 +108,32 @@ def from_recording(rec, t0: float, t1: float, agent_note: str | None = None) -> 
     return out
 
 
+def increase(points, t0: float, t1: float) -> float | None:
+    """A cumulative series' increase over (t0, t1]: its last value at or before t1 less its last value at
+    or before t0 (0 when it was born after t0); None without a point in the window (pure)."""
+    before = [v for t, v in points if t <= t0]
+    inside = [v for t, v in points if t0 < t <= t1]
+    if not inside:
+        return None
+    return max(0.0, inside[-1] - (before[-1] if before else 0.0))
+
+
 def _collectives_recorded(rec, t0: float, t1: float) -> dict[str, Any]:
     """Collective seconds per step by kind: sum over ranks of the counter's increase in the window
-    over the sum of their steps in it (the step-duration histogram's count)."""
+    over the sum of their steps in it (the step-duration histogram's count), both from each rank's
+    value at or before the window's start."""
     steps = 0.0
-    for s in rec.series(N.TRAIN_STEP_DURATION.name, t0, t1):
-        if len(s.counts) >= 2:
-            steps += max(0.0, s.counts[-1] - s.counts[0])
+    for s in rec.series(N.TRAIN_STEP_DURATION.name, None, t1):
+        steps += increase([(t, c) for (t, _), c in zip(s.points, s.counts)], t0, t1) or 0.0
     by_kind: dict[str, float] = defaultdict(float)
     bases = set()
-    for s, st in rec.summaries(N.TRAIN_COLLECTIVE_TIME.name, t0, t1):
+    for s in rec.series(N.TRAIN_COLLECTIVE_TIME.name, None, t1):
         if s.get(N.PHASE) in OUTSIDE_STEPS:
             continue
-        by_kind[s.get(N.COLLECTIVE) or "?"] += max(0.0, st.last - st.first)
-        bases.add(s.get(N.COLLECTIVE_BASIS))
+        grew = increase(s.points, t0, t1)
+        if grew is not None:
+            by_kind[s.get(N.COLLECTIVE) or "?"] += grew
+            bases.add(s.get(N.COLLECTIVE_BASIS))
     return _per_step(by_kind, steps, bases)
 
 
@@ -182,13 +198,13 @@ def _p(spec) -> str:
     return spec.prometheus_name()
 
 
-# {sel} is replaced by the node selector, {w} by the window; {trial} by the trial's selector
+# {sel} is replaced by the node selector, {w} by the window (ms); {trial} by the trial's selector
 PROM = {
     "sm_activity": f"avg(avg_over_time({_p(N.GPU_SM_ACTIVITY)}{{sel}}[{{w}}]))",
     "tensor_activity": f"avg(avg_over_time({_p(N.GPU_TENSOR_ACTIVITY)}{{sel}}[{{w}}]))",
     "gpu_utilization": f"avg(avg_over_time({_p(N.GPU_UTILIZATION)}{{sel}}[{{w}}]))",
     MEMORY_KEY: f"max(max_over_time({_p(N.GPU_MEMORY_USAGE)}{{sel}}[{{w}}]))",
-    "nvlink_bytes_per_s": f"sum(rate({_p(N.GPU_NVLINK_IO)}{{sel}}[{{w}}]))",
+    "nvlink_bytes_per_s": f"sum(rate({_p(N.GPU_NVLINK_IO)}{{sel}}[{{w}}])) or sum(avg_over_time({_p(N.GPU_NVLINK_RATE)}{{sel}}[{{w}}]))",
     "pcie_bytes_per_s": f"sum(avg_over_time({_p(N.GPU_PCIE_RATE)}{{sel}}[{{w}}])) or sum(rate({_p(N.GPU_PCIE_IO)}{{sel}}[{{w}}]))",
     "ib_bytes_per_s": f"sum(rate({_p(N.IB_IO)}{{sel}}[{{w}}]))",
     "nic_bytes_per_s": f"sum(rate({_p(N.NET_IO)}{{sel_nic}}[{{w}}]))",
@@ -196,8 +212,11 @@ PROM = {
 }
 _COLL = _p(N.TRAIN_COLLECTIVE_TIME)
 _STEPS = _p(N.TRAIN_STEP_DURATION) + "_count"
+# per rank and kind: the counter at the window's end less its value at or before the start (or all of it,
+# for a series born inside the window); over the ranks' steps counted the same way
 COLLECTIVE_QUERY = (f"sum by ({N.COLLECTIVE.replace('.', '_')}, {N.COLLECTIVE_BASIS.replace('.', '_')}) "
-                    f"(increase({_COLL}{{trial_coll}}[{{w}}])) / scalar(sum(increase({_STEPS}{{trial}}[{{w}}])))")
+                    f"(({_COLL}{{trial_coll}} - {_COLL}{{trial_coll}} offset {{w}}) or {_COLL}{{trial_coll}}) "
+                    f"/ scalar(sum({_STEPS}{{trial}} - {_STEPS}{{trial}} offset {{w}}))")
 # series that tell why a number is missing
 PROM_SEEN = {
     "agent": f"count(count_over_time({_p(N.CPU_UTILIZATION)}{{sel}}[{{w}}]))",
@@ -221,11 +240,16 @@ def prom_render(template: str, node_selector: str, trial_selector: str, window: 
             .replace("{sel}", _selector(node_selector)).replace("{w}", window))
 
 
+def window_ms(t0: float, t1: float) -> str:
+    """The PromQL range of [t0, t1] to the millisecond (Prometheus keeps ms timestamps), at least 1 ms."""
+    return f"{max(1, round((t1 - t0) * 1000))}ms"
+
+
 def from_prometheus(query: Callable[[str, float], list], node_selector: str, trial_selector: str,
                     t0: float, t1: float) -> dict[str, Any]:
     """Evidence over [t0, t1] from PromQL; `query(promql, at)` returns the instant vector's samples
     (objects with `.value` and `.labels`)."""
-    w = f"{max(1, math.ceil(t1 - t0))}s"
+    w = window_ms(t0, t1)
 
     def scalar(template: str) -> float | None:
         result = query(prom_render(template, node_selector, trial_selector, w), t1)

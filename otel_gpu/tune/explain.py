@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..words import count
 from . import evidence as E
 
 FRACTIONS = ("sm_activity", "tensor_activity", "gpu_utilization", "cpu_busy")   # compared in points
@@ -80,7 +81,7 @@ def reading_rows(base: dict, win: dict) -> list[list[str]]:
 def confidence(delta: float, spread: float | None, runs: int) -> str:
     """How sure: the step-time change against the baseline runs' spread (pure)."""
     if spread is None:
-        return (f"How sure: not measured: {runs} baseline run completed, so the run-to-run noise is unknown; "
+        return (f"How sure: not measured: {count(runs, 'baseline run')} completed, so the run-to-run noise is unknown; "
                 "run more trials (the baseline repeats when the budget allows) before trusting a small change.")
     size = abs(delta)
     if spread == 0:
@@ -97,7 +98,7 @@ def winner_section(base_runs: Sequence[Any], top: Any, base_time: float, spread:
     lines = ["## The winner against the baseline", ""]
     delta = top.step_time_s / base_time - 1.0
     n = len(base_runs)
-    of = f"mean of {n} runs" if n > 1 else "one run"
+    of = f"mean of {count(n, 'run')}" if n > 1 else "one run"
     lines.append(f"Trial {top.number}: {fmt_seconds(top.step_time_s)} per step against the baseline's "
                  f"{fmt_seconds(base_time)} ({of}): **step time {fmt_change(delta)}**.")
     lines += ["", confidence(delta, spread, n), ""]

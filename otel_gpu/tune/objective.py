@@ -21,11 +21,13 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from .. import names
+from ..words import count
 from . import evidence as E
 from .evidence import COLLECTIVES, COLUMNS, NOT_CHECKED
 from .trial import LOG_NAME, TRIAL_LABEL
 
 STEP_METRIC = names.TRAIN_STEP_DURATION.prometheus_name()     # otelgpu_train_step_duration_seconds
+QUIET_S = 5.0    # no new sample this long after a trial ended: its last export is in (VictoriaMetrics: 2-3 s)
 RANK_LABEL, WORLD_LABEL = names.RANK.replace(".", "_"), names.WORLD_SIZE.replace(".", "_")
 
 
@@ -49,9 +51,9 @@ class StepStats:
         if self.total_steps == 0:
             return f"no step metrics seen ({self.source})"
         if self.expected_ranks and self.ranks < self.expected_ranks:
-            return f"only {self.ranks} of {self.expected_ranks} ranks reported steps"
+            return f"only {self.ranks} of {count(self.expected_ranks, 'rank')} reported steps"
         if self.step_time_s is None or self.steady_steps < min_steps:
-            return f"{self.steady_steps} steps after warm-up, {min_steps} needed ({self.total_steps} seen)"
+            return f"{count(self.steady_steps, 'step')} after warm-up, {min_steps} needed ({self.total_steps} seen)"
         return None
 
 
@@ -213,8 +215,9 @@ class PromObjective:
     name = "prometheus"
 
     def __init__(self, client, warmup: int, selector: str = "", settle_s: float = 15.0, fresh_s: float = 5.0,
-                 sleep: Callable[[float], None] = time.sleep, trial_agent: bool = False):
+                 sleep: Callable[[float], None] = time.sleep, trial_agent: bool = False, quiet_s: float = QUIET_S):
         self.client, self.warmup, self.settle_s, self.fresh_s, self._sleep = client, warmup, settle_s, fresh_s, sleep
+        self.quiet_s = max(fresh_s, quiet_s)
         self.trial_agent = trial_agent
         self.selector = "{" + selector.strip().strip("{}") + "}" if selector.strip() else ""
 
@@ -227,14 +230,19 @@ class PromObjective:
         return steady_from_histogram(self.client.query(self.query_for(trial_id, end - start)), self.warmup)
 
     def final(self, trial_id: str, directory: Path, start: float, end: float, min_steps: int) -> StepStats:
-        """The score after the trial ended: re-read until it is complete and every rank's newest
-        sample is within `fresh_s` of the end (the ranks export once more as they exit), or
-        `settle_s` passed (backends make fresh samples queryable after a delay)."""
+        """The score after the trial ended: re-read until it is complete and either every rank's
+        newest sample is within `fresh_s` of the end (the ranks export once more as they exit) or
+        nothing new arrived for `quiet_s` (a launcher such as torchrun outlives its ranks' last
+        export by seconds), or `settle_s` passed (backends make fresh samples queryable after a delay)."""
         deadline = time.monotonic() + self.settle_s
+        seen, since = None, time.monotonic()
         while True:
             stats = self.measure(trial_id, directory, start, time.time())
+            now = time.monotonic()
+            if (stats.total_steps, stats.last_seen) != seen:
+                seen, since = (stats.total_steps, stats.last_seen), now
             fresh = stats.last_seen is not None and stats.last_seen >= end - self.fresh_s
-            if (stats.problem(min_steps) is None and fresh) or time.monotonic() >= deadline:
+            if (stats.problem(min_steps) is None and (fresh or now - since >= self.quiet_s)) or now >= deadline:
                 return stats
             self._sleep(0.5)
 

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .. import output
+from ..words import count, noun
 from . import config as C
 from . import evidence as E
 from . import explain
@@ -80,7 +81,7 @@ def noise(all_rows: list[Row]) -> tuple[float | None, str]:
     None with why it is not measured."""
     times = [r.step_time_s for r in baseline_runs(all_rows)]
     if len(times) < 2:
-        return None, (f"noise not measured: only {len(times)} baseline run completed (a repeat runs when "
+        return None, (f"noise not measured: only {count(len(times), 'baseline run')} completed (a repeat runs when "
                       "--trials leaves room for it; see --baseline-runs)")
     mean = sum(times) / len(times)
     spread = (max(times) - min(times)) / mean
@@ -97,7 +98,7 @@ def importances(study: optuna.Study) -> dict[str, float] | str:
     """Parameter importances (fANOVA) over completed trials, or why there are none."""
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     if len(done) < 3:
-        return f"needs at least 3 completed trials ({len(done)} so far)"
+        return f"needs at least 3 completed trials ({count(len(done), 'trial')} so far)"
     try:
         return optuna.importance.get_param_importances(study)
     except (RuntimeError, ValueError) as exc:
@@ -164,7 +165,8 @@ def not_checked_lines(all_rows: list[Row]) -> list[str]:
             by.setdefault((key, why), []).append(r.number)
         if r.evidence.get("node_agent"):
             by.setdefault(("node agent", r.evidence["node_agent"]), []).append(r.number)
-    return [f"- {headers.get(key, key)}: n/a in trial(s) {_numbers(ns)}: {why}" for (key, why), ns in by.items()]
+    return [f"- {headers.get(key, key)}: n/a in {noun(len(ns), 'trial')} {_numbers(ns)}: {why}"
+            for (key, why), ns in by.items()]
 
 
 def _numbers(ns: list[int]) -> str:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import errors
+from ..words import noun
 
 ZERO = "zero_optimization"
 MICRO_BATCH = "train_micro_batch_size_per_gpu"
@@ -221,7 +222,8 @@ def parse_space(doc: Mapping, base: Space | None = None, where: str = "space") -
         raise SpaceError(f"{where}: expected a mapping with 'params' and/or 'enqueue'")
     unknown = set(doc) - {"params", "enqueue"}
     if unknown:
-        raise SpaceError(f"{where}: unknown section(s) {', '.join(sorted(map(str, unknown)))} (expected params, enqueue)")
+        raise SpaceError(f"{where}: unknown {noun(len(unknown), 'section')} "
+                         f"{', '.join(sorted(map(str, unknown)))} (expected params, enqueue)")
     params = {p.name: p for p in base.params}
     fixed = dict(base.fixed)
     if not isinstance(doc.get("params") or {}, Mapping):
@@ -301,7 +303,7 @@ def _param(name: str, path: tuple[str, ...], spec: Mapping, old: Param | None, w
     allowed = {"low", "high", "log", "choices", "type"}
     extra = set(spec) - allowed
     if extra:
-        raise SpaceError(f"{where}: {name}: unknown key(s) {', '.join(sorted(map(str, extra)))}")
+        raise SpaceError(f"{where}: {name}: unknown {noun(len(extra), 'key')} {', '.join(sorted(map(str, extra)))}")
     if "choices" in spec:
         choices = spec["choices"]
         if not isinstance(choices, list) or not choices:

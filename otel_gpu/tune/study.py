@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 import optuna
 from optuna.trial import TrialState
 
+from ..words import count, noun
 from . import config as C
 from . import extensions as X
 from . import trial as T
@@ -179,7 +180,8 @@ class Tuner:
         self.retire_stale()
         self._clean_extensions("before the first trial")
         if s.prebuild_ops:
-            self.events("note", f"building DeepSpeed op(s) {', '.join(s.prebuild_ops)} before the first trial")
+            self.events("note", f"building DeepSpeed {noun(len(s.prebuild_ops), 'op')} {', '.join(s.prebuild_ops)} "
+                                "before the first trial")
             env = T.trial_env(self.env, f"{s.study_name}-prebuild", instrument=False, export_interval_ms=None,
                               otlp_endpoint=s.otlp_endpoint)
             try:
@@ -192,7 +194,7 @@ class Tuner:
         """Remove torch extension builds a killed process left (their lock held by no process)."""
         removed = X.clean_stale(self.extension_roots)
         if removed:
-            self.events("note", f"removed {len(removed)} half-built torch extension(s) {when}: "
+            self.events("note", f"removed {count(len(removed), 'half-built torch extension')} {when}: "
                                 + ", ".join(str(p) for p in removed))
         return removed
 
@@ -249,7 +251,8 @@ class Tuner:
 
     def _retire(self, t, why: str) -> bool:
         a, storage = t.user_attrs, self.study._storage
-        if a.get("host") == socket.gethostname() and a.get("pgid") and _alive(a["pgid"], a.get("pg_start")):
+        if a.get("host") == socket.gethostname() and a.get("pgid") and \
+                T.group_is_trial(a["pgid"], a.get("pg_start"), a.get("trial_id")):
             T.kill_group(a["pgid"], self.s.grace_s)
         try:
             storage.set_trial_user_attr(t._trial_id, "status", T.INTERRUPTED)
@@ -349,8 +352,10 @@ class Tuner:
         def on_start(pgid: int) -> None:
             state["started"] = time.time()
             state["launch_overhead"] = time.monotonic() - t0
-            storage.set_trial_user_attr(tid, "pgid", pgid)
+            # the group's start time first: a tuner killed between the two writes must never leave a
+            # `pgid` without it, or a resume could not tell the group from a reused pid and would leave it running
             storage.set_trial_user_attr(tid, "pg_start", T.start_time(pgid))
+            storage.set_trial_user_attr(tid, "pgid", pgid)
 
         def monitor() -> str | None:
             now = time.monotonic()
@@ -371,7 +376,7 @@ class Tuner:
             state["step"] = max(state["step"] + 1, stats.steady_steps)
             trial.report(stats.step_time_s, state["step"])
             if stats.step_time_s > best[0] * s.prune_ratio:
-                return (f"{stats.step_time_s:.4g} s/step after {stats.steady_steps} steady steps, "
+                return (f"{stats.step_time_s:.4g} s/step after {count(stats.steady_steps, 'steady step')}, "
                         f"{stats.step_time_s / best[0]:.2f}x the best ({best[0]:.4g} s, trial {best[1]})")
             return None
 
@@ -404,7 +409,7 @@ class Tuner:
                 record.step_time_s, record.steady_steps, record.total_steps = (
                     stats.step_time_s, stats.steady_steps, stats.total_steps)
                 if run.status == T.TIMEOUT and stats.total_steps:
-                    record.reason += f" ({stats.total_steps} steps done)"
+                    record.reason += f" ({count(stats.total_steps, 'step')} done)"
                 record.evidence = self.objective.evidence(stats, record.trial_id, directory) if stats.window else {}
                 if not record.evidence:
                     why = f"not checked: no steady window in the metrics (scored from the {stats.source})"
@@ -419,7 +424,8 @@ class Tuner:
             record.status = T.HANG
             record.reason = T.startup_hang_reason(s.timeout_s, state.get("stuck_on"), run.log_tail)
         if cleaned and record.status != T.OK:
-            record.reason += f"; removed the half-built torch extension(s) it left: {', '.join(p.name for p in cleaned)}"
+            record.reason += (f"; removed the half-built torch {noun(len(cleaned), 'extension')} it left: "
+                              + ", ".join(p.name for p in cleaned))
         peak = record.evidence.get(E.MEMORY_KEY)
         if record.status == T.OK and s.max_memory_bytes and peak is not None and peak > s.max_memory_bytes:
             record.status = T.OVER_MEMORY

@@ -190,6 +190,29 @@ def _zombie(pid: int) -> bool:
     return fields is None or fields[0] == "Z"
 
 
+def environ_value(pid: int, key: str) -> str | None:
+    """`key` in the environment process `pid` started with (None: not set, or not readable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            items = f.read().split(b"\0")
+    except OSError:
+        return None
+    prefix = key.encode() + b"="
+    return next((i[len(prefix):].decode(errors="replace") for i in items if i.startswith(prefix)), None)
+
+
+def group_is_trial(pgid: int, leader_start: int | None, trial_id: str | None) -> bool:
+    """Whether process group `pgid` still runs trial `trial_id`: its leader alive (or not yet reaped)
+    with the start time recorded, or, the leader gone, a live member whose environment carries the
+    trial's id. The leader often goes first: the tuner's death signal ends the `/bin/sh` wrapper while
+    the ranks it started run on. A pgid is not reused while any member of the group is alive."""
+    start = start_time(pgid)
+    if start is not None:
+        return start == leader_start
+    return bool(trial_id) and any(pgid_of(pid) == pgid and not _zombie(pid)
+                                  and environ_value(pid, TRIAL_ENV) == trial_id for pid in _pids())
+
+
 def start_time(pid: int) -> int | None:
     """The process's start time in clock ticks since boot (tells a reused pid apart)."""
     fields = _stat(pid)
@@ -248,6 +271,7 @@ def run_trial(plan: TrialPlan, monitor: Callable[[], str | None] | None = None,
 
 TRIAL_ATTRIBUTE = "otelgpu.trial"       # resource attribute; label `otelgpu_trial` in Prometheus
 TRIAL_LABEL = "otelgpu_trial"
+TRIAL_ENV = "OTELGPU_TRIAL"             # every trial process's environment names its trial
 
 
 def trial_env(base: Mapping[str, str], trial_id: str, *, instrument: bool = True,
@@ -261,7 +285,7 @@ def trial_env(base: Mapping[str, str], trial_id: str, *, instrument: bool = True
     attrs = [a for a in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(",")
              if a.strip() and a.split("=", 1)[0].strip() != TRIAL_ATTRIBUTE]
     env["OTEL_RESOURCE_ATTRIBUTES"] = ",".join(attrs + [f"{TRIAL_ATTRIBUTE}={trial_id}"])
-    env["OTELGPU_TRIAL"] = trial_id
+    env[TRIAL_ENV] = trial_id
     if export_interval_ms and not env.get("OTEL_METRIC_EXPORT_INTERVAL"):
         env["OTEL_METRIC_EXPORT_INTERVAL"] = str(int(export_interval_ms))
     if instrument:

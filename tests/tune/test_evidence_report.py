@@ -105,7 +105,8 @@ def test_collective_time_missing_names_the_flight_recorder_reason():
 def test_prometheus_evidence_queries_fill_every_placeholder():
     for q in [*E.PROM.values(), E.COLLECTIVE_QUERY, *E.PROM_SEEN.values()]:
         text = E.prom_render(q, 'host_name="a"', 'otelgpu_trial="t-1"', "30s")
-        assert "{" + "sel" not in text and "{w}" not in text and "{trial" not in text and "[30s]" in text
+        assert "{" + "sel" not in text and "{w}" not in text and "{trial" not in text
+        assert "[30s]" in text or "offset 30s" in text, text
 
 
 @given(trials=st.integers(1, 100), seeds=st.integers(0, 8), runs=st.integers(1, 10))
@@ -168,3 +169,21 @@ def test_mean_evidence_of_baseline_runs():
     ev = explain.mean_evidence(runs)
     assert ev["sm_activity"] == pytest.approx(0.3) and ev[E.COLLECTIVES] == {"all_gather": pytest.approx(0.02)}
     assert ev["cpu_busy"] is None
+
+
+def test_counts_in_human_output_take_the_right_number():
+    from otel_gpu.tune import config as C
+    from otel_gpu.tune.objective import StepStats
+    from otel_gpu.tune.report import not_checked_lines
+
+    why = {E.NOT_CHECKED: {"sm_activity": "not checked: no GPU"}}
+    assert not_checked_lines([_row(3, 0.1, evidence=why)]) == ["- SM activity: n/a in trial 3: not checked: no GPU"]
+    assert not_checked_lines([_row(0, 0.1, evidence=why), _row(1, 0.1, evidence=why)]) == \
+        ["- SM activity: n/a in trials 0-1: not checked: no GPU"]
+    assert StepStats(0.1, 1, 4, 1).problem(5) == "1 step after warm-up, 5 needed (4 seen)"
+    assert StepStats(None, 0, 3, 0, expected_ranks=1).problem(1) == "only 0 of 1 rank reported steps"
+    batch = {"train_batch_size": 3, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1}
+    assert any("micro batches of 2 on 1 rank (" in r for r in C.validate({"zero_optimization": {"stage": 3}, **batch}, 1))
+    assert explain.confidence(-0.3, None, 1).startswith("How sure: not measured: 1 baseline run completed")
+    assert "mean of 2 runs" in explain.winner_section(
+        [_row(0, 0.2, BASELINE), _row(1, 0.2, BASELINE, repeat=1)], _row(2, 0.1), 0.2, 0.0, {}, str, str, str)[2]

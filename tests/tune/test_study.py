@@ -143,7 +143,10 @@ def test_stop_and_kill_mid_study_then_resume(tmp_path):
     base = copy_base(tmp_path)
     before = base.read_bytes()
     out = tmp_path / "out"
-    argv = CLI + ["tune", "--base-config", str(base), "--command", fake_command(steps=25), "--trials", "6",
+    # trials 1 and 3 run until they are stopped: each is certainly mid-trial when its tuner is stopped,
+    # and the orphan of step 2 can only end because the resume kills it
+    held = fake_command("--trial {trial}", "--hold-trials 1,3", "--hold-s 90", steps=25)
+    argv = CLI + ["tune", "--base-config", str(base), "--command", held, "--trials", "6",
                   "--out", str(out), "--study-name", "t", "--hidden-size", "64", "--no-prune", "--seed", "3",
                   "--trial-timeout", "30", "--no-deepspeed-check"]
     env = clean_env()
@@ -160,6 +163,7 @@ def test_stop_and_kill_mid_study_then_resume(tmp_path):
     # 2. resume, then SIGKILL during trial 3: its process group is orphaned but keeps running
     proc = run()
     attrs = _wait_running(out / "study.db", 3)
+    assert attrs["pg_start"] == T.start_time(attrs["pgid"])   # recorded before the pgid a resume looks for
     proc.kill()
     proc.wait(timeout=10)
     assert T.group_alive(attrs["pgid"])

@@ -117,3 +117,25 @@ def test_interrupt_kills_the_group_and_propagates(tmp_path):
 def test_start_time_tells_reused_pids_apart():
     assert T.start_time(os.getpid()) == T.start_time(os.getpid()) is not None
     assert T.start_time(2**22 + 12345) is None
+
+
+def test_a_group_whose_leader_is_gone_is_still_known_by_its_members_trial_id():
+    """The tuner's death signal ends the /bin/sh wrapper while the ranks run on: a resume must still
+    recognise (and kill) the group by the trial id in its members' environment, and nothing else."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, T.TRIAL_ENV: "t-7"}
+    leader = subprocess.Popen(["/bin/sh", "-c", f"{sys.executable} -c 'import time; time.sleep(60)' & echo started"],
+                              env=env, start_new_session=True, stdout=subprocess.PIPE, text=True)
+    try:
+        assert leader.stdout.readline().strip() == "started"
+        pgid, start = leader.pid, T.start_time(leader.pid)
+        assert T.group_is_trial(pgid, start, "t-7") and not T.group_is_trial(pgid, start + 1, "t-7")
+        leader.wait(timeout=10)                           # reaped: the pid no longer names a process
+        assert T.start_time(pgid) is None and T.group_alive(pgid)
+        assert T.group_is_trial(pgid, start, "t-7")
+        assert not T.group_is_trial(pgid, start, "t-8") and not T.group_is_trial(pgid, start, None)
+    finally:
+        T.kill_group(leader.pid, 2.0)
+    assert not T.group_alive(pgid) and not T.group_is_trial(pgid, start, "t-7")
