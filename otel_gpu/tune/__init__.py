@@ -2,5 +2,6 @@
 
 space.py (what may change), config.py (auto resolution, generation, validation), trial.py
 (one trial: own folder, process group, timeout), objective.py (step time from PromQL or the
-training log), study.py (Optuna ask/tell over SQLite/RDB storage), report.py, cli.py.
+training log), study.py (Optuna ask/tell), storage.py (the shared SQLite/RDB study
+storage and resume), report.py, cli.py.
 """

@@ -1,21 +1,16 @@
 """The tuning loop: Optuna ask/tell over SQLite (or any RDB URL, shared by workers on several nodes).
 
-Resume: every trial's owner (host, tuner pid and start time), process group and heartbeat are
-kept in the study. A RUNNING trial whose tuner is gone (same host: the pid is dead or reused;
-elsewhere: no heartbeat for `stale_after_s`) is retired: its leftover process group is killed,
-it is marked failed ("interrupted", not counted) and its exact parameters are enqueued again.
-So a killed tuner, started again with the same arguments, loses no trial and repeats none.
+Resume (storage.py): a RUNNING trial whose tuner is gone is retired before each ask and its
+exact parameters are enqueued again, so a killed tuner, started again with the same arguments,
+loses no trial and repeats none.
 """
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import re
-import socket
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -32,12 +27,9 @@ from .node_agent import NodeAgent, agent_env
 from .objective import StepStats
 from .sampler import BASELINE, REPEAT, SAMPLED, SEED, baseline_values, make_sampler, queued_trials  # noqa: F401
 from .space import Space
+from .storage import TuneError, open_storage, owner, retire, retire_stale, storage_lock, storage_url  # noqa: F401
 
 HEARTBEAT_S = 30.0
-
-
-class TuneError(RuntimeError):
-    """A problem that stops the tuner (one line)."""
 
 
 @dataclass
@@ -88,47 +80,6 @@ class Record:
     overhead_s: float = 0.0          # tuner time around the trial: config, start, scoring
     evidence: dict = field(default_factory=dict)
     directory: str = ""
-
-
-def storage_url(study: str | os.PathLike) -> str:
-    """A path -> `sqlite:///<absolute path>`; a URL (postgresql://, mysql://, sqlite://) unchanged."""
-    text = str(study)
-    return text if "://" in text else "sqlite:///" + str(Path(text).resolve())
-
-
-def open_storage(url: str) -> optuna.storages.RDBStorage:
-    kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
-    for attempt in range(3):   # workers starting together race to create the tables: retry
-        try:
-            return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
-        except Exception as exc:   # SQLAlchemy raises many kinds; say which storage and why
-            if attempt == 2:
-                raise TuneError(f"cannot open study storage {url}: {' '.join(str(exc).split())[:200]}") from None
-            time.sleep(0.5 + attempt)
-    raise AssertionError("unreachable")
-
-
-@contextmanager
-def storage_lock(url: str):
-    """Serialize ask()/seeding between processes sharing one SQLite file (SQLite has no
-    SELECT ... FOR UPDATE, so two workers could pop the same queued trial). Server RDBs lock rows."""
-    if not url.startswith("sqlite:///"):
-        yield
-        return
-    with open(url[len("sqlite:///"):] + ".lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _owner() -> dict[str, Any]:
-    return {"host": socket.gethostname(), "tuner_pid": os.getpid(), "tuner_start": T.start_time(os.getpid())}
-
-
-def _alive(pid: int | None, start: int | None) -> bool:
-    return pid is not None and T.start_time(pid) is not None and T.start_time(pid) == start
 
 
 class Tuner:
@@ -229,40 +180,7 @@ class Tuner:
     def retire_stale(self) -> list[int]:
         """Retire RUNNING trials whose tuner is gone; returns their numbers."""
         with storage_lock(self.s.storage):
-            return self._retire_stale()
-
-    def _retire_stale(self) -> list[int]:
-        me, now, retired = _owner(), time.time(), []
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            a = t.user_attrs
-            if a.get("tuner_pid") == me["tuner_pid"] and a.get("host") == me["host"]:
-                continue                                        # ours (this process)
-            started = t.datetime_start.timestamp() if t.datetime_start else now
-            if "host" not in a:                                 # asked, never set up: its tuner died at once
-                stale = now - started > 30
-            elif a.get("host") == me["host"]:
-                stale = not _alive(a.get("tuner_pid"), a.get("tuner_start"))
-            else:
-                beat = a.get("heartbeat") or started
-                stale = now - beat > self.s.stale_after_s
-            if stale and self._retire(t, "its tuner stopped before the trial ended"):
-                retired.append(t.number)
-        return retired
-
-    def _retire(self, t, why: str) -> bool:
-        a, storage = t.user_attrs, self.study._storage
-        if a.get("host") == socket.gethostname() and a.get("pgid") and \
-                T.group_is_trial(a["pgid"], a.get("pg_start"), a.get("trial_id")):
-            T.kill_group(a["pgid"], self.s.grace_s)
-        try:
-            storage.set_trial_user_attr(t._trial_id, "status", T.INTERRUPTED)
-            storage.set_trial_user_attr(t._trial_id, "reason", why + "; its parameters were queued again")
-            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-        except RuntimeError:          # UpdateFinishedTrialError: another worker retired it first
-            return False
-        retry = {"role": a.get("role", SAMPLED), "retry_of": t.number}
-        self.study.enqueue_trial(dict(t.params), user_attrs=retry)
-        return True
+            return retire_stale(self.study, self.s.stale_after_s, self.s.grace_s)
 
     # ---- the loop -----------------------------------------------------------------------------------
     def counted(self) -> int:
@@ -299,7 +217,7 @@ class Tuner:
             # KeyboardInterrupt/SIGTERM, or a bug: the trial's group is already killed by run_trial
             frozen = self.study._storage.get_trial(trial._trial_id)
             if frozen.state == TrialState.RUNNING:
-                self._retire(frozen, "the tuner was stopped during the trial")
+                retire(self.study, frozen, "the tuner was stopped during the trial", self.s.grace_s)
             raise
 
     def _run(self, trial: optuna.Trial, t0: float) -> Record:
@@ -312,7 +230,7 @@ class Tuner:
             directory.mkdir(parents=True)
         except FileExistsError:
             raise TuneError(f"{directory} exists: this --out folder holds another study's trials; use a new --out") from None
-        for k, v in {**_owner(), "trial_id": trial_id, "dir": str(directory), "heartbeat": time.time(),
+        for k, v in {**owner(), "trial_id": trial_id, "dir": str(directory), "heartbeat": time.time(),
                      "role": role}.items():
             storage.set_trial_user_attr(tid, k, v)
         cfg = C.trial_config(self.base, self.space, params, baseline=role == BASELINE, world_size=s.facts.world_size)
