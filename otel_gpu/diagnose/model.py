@@ -26,7 +26,8 @@ class RankStats:
     started: bool = False              # the step counter started inside the window
     collective_s: float | None = None  # seconds blocked in collectives inside steps; None: not measured
     collective_by_phase: dict[str, float] = field(default_factory=dict)  # phase ('' = none) -> seconds
-    collective_by_kind: dict[str, float] = field(default_factory=dict)   # all_gather, ... -> seconds
+    collective_by_kind: dict[str, float] = field(default_factory=dict)   # all_gather, ... -> seconds (outside eval:
+                                                                         # they add up to collective_s)
     param_gather_s: float = 0.0        # of those, all-gathers inside forward/backward (a sharded model's parameter fetch)
     collective_basis: str = ""         # "host" (blocked host time), "gpu" (GPU-timed, NCCL), "mixed", "" (none)
     collective_unmeasured: dict[str, float] = field(default_factory=dict)  # reason -> collectives not measured

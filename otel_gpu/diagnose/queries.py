@@ -117,6 +117,9 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
     counted = f"sum {by} ({selector(hist, job_sel, '_sum')})"
     last = lambda sel: f"last_over_time({sel}[{W}])"   # noqa: E731
     coll = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel)
+    # by kind: the waits of `collective_s`, eval's left out (never step time), so the kinds add up to the total
+    steps_coll = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel,
+                          otelgpu_phase="!~" + "|".join(N.OUTSIDE_STEPS))
     fetch = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel, otelgpu_collective=N.PARAM_GATHER[0],
                      otelgpu_phase="~" + "|".join(N.PARAM_GATHER[1]))
     unmeasured = selector(N.TRAIN_COLLECTIVE_UNMEASURED.prometheus_name(), job_sel)
@@ -131,11 +134,11 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
         "step_count0": f"sum {by} ({selector(hist, job_sel, '_count')} offset {W})",
         "phase:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({last(phase)})",
         "phase0:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({phase} offset {W})",
-        # seconds blocked in collectives, by the phase they happened in ('' outside phases) and by kind
+        # seconds blocked in collectives, by the phase they happened in ('' outside phases) and by kind (outside eval)
         "coll:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({last(coll)})",
         "coll0:otelgpu_phase": f"sum by ({RANK_BY}, otelgpu_phase) ({coll} offset {W})",
-        "collkind:otelgpu_collective": f"sum by ({RANK_BY}, otelgpu_collective) ({last(coll)})",
-        "collkind0:otelgpu_collective": f"sum by ({RANK_BY}, otelgpu_collective) ({coll} offset {W})",
+        "collkind:otelgpu_collective": f"sum by ({RANK_BY}, otelgpu_collective) ({last(steps_coll)})",
+        "collkind0:otelgpu_collective": f"sum by ({RANK_BY}, otelgpu_collective) ({steps_coll} offset {W})",
         # all-gathers inside forward/backward: a sharded model's parameter fetch (ZeRO-3), not a batch's token count
         "fetch": f"sum {by} ({last(fetch)})",
         "fetch0": f"sum {by} ({fetch} offset {W})",

@@ -1,8 +1,10 @@
 """Time outside every measured phase: the share of each rank's step time no phase covers.
 
-A rank's step time is counted between step boundaries; its phases (data_wait, forward, backward,
-optimizer, checkpoint, eval) are exclusive seconds. What is left, step time minus the sum of the
-phases, is time the training side cannot name: a batch iterator that is not a torch DataLoader (a
+A rank's step time is counted between step boundaries, evaluation left out (the timer keeps an eval
+pass out of the step that holds it); its phases (data_wait, forward, backward, optimizer, checkpoint,
+the job's own) are exclusive seconds, and the seconds it blocks in collectives are counted apart. What
+is left, step time minus every phase but eval and minus every collective wait outside eval, is time
+the training side cannot name: a batch iterator that is not a torch DataLoader (a
 generator of the user's own), logging and metric calls, host work between steps, a model call no
 hook times. When every rank spends a large share of its steps there, the finding says how much, per
 rank, and what it can be; the straggler rule covers one rank with more than the others.
@@ -73,8 +75,8 @@ def unphased_time(w: Window, th: Thresholds) -> list[Finding]:
               f"any measured phase",
         severity=severity_for(share, t["share_warning"], t["share_critical"]),
         confidence="medium",
-        seen=f"step time minus every phase (data_wait, forward, backward, optimizer, checkpoint, eval and the job's "
-             f"own) and collective waits outside them: "
+        seen=f"step time (evaluation never in it) minus every phase but eval (data_wait, forward, backward, optimizer, "
+             f"checkpoint and the job's own) and every collective wait outside eval: "
              f"at least {fmt.pct(share)} on each of {fmt.count(len(per), 'rank')}{spread}; {table}",
         why=f"no phase accounts for about {fmt.gpu_time(lost, w.unit)} ({fmt.pct(share)} of the job's time), so "
             f"no other finding can name it. It can be: " + "; ".join(can_be),

@@ -65,9 +65,10 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
         by_phase: dict[str, float] = defaultdict(float)
         by_kind: dict[str, float] = defaultdict(float)
         fetch = 0.0
-        for s, st in coll.get(key, []):   # seconds in collectives, by phase and by kind
+        for s, st in coll.get(key, []):   # seconds in collectives, by phase and by kind (outside eval, as collective_s)
             by_phase[s.get(N.PHASE)] += st.last
-            by_kind[s.get(N.COLLECTIVE)] += st.last
+            if s.get(N.PHASE) not in N.OUTSIDE_STEPS:
+                by_kind[s.get(N.COLLECTIVE)] += st.last
             if s.get(N.COLLECTIVE) == N.PARAM_GATHER[0] and s.get(N.PHASE) in N.PARAM_GATHER[1]:
                 fetch += st.last
         bases = {s.get(N.COLLECTIVE_BASIS) for s, _ in coll.get(key, [])}

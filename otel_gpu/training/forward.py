@@ -21,8 +21,12 @@ mode) called again under `torch.no_grad()` / `torch.inference_mode()` or after `
 the "eval" phase, which stays open across the pass (its batches, its loss, its all-reduce) until the
 loop trains again: that root called with gradients on in training mode, a backward pass, an
 optimizer step, or a DataLoader batch fetched with gradients on while that root is in training
-mode (`training_resumes`). A module that never trained (a frozen teacher, an encoder called under
-`no_grad`) stays "forward". The timer keeps eval time out of the step that contains it.
+mode or from a dataset whose batches were fetched for training before (`before_fetch`). A
+DataLoader iterated outside every phase, once a root has trained, with gradients off or a trained
+root in eval mode, from a dataset never fetched for training, opens the pass itself: the loader's
+start-up and first batch, fetched before the model call, are the evaluation's. A module that never
+trained (a frozen teacher, an encoder called under `no_grad`) stays "forward". The timer keeps eval
+time out of the step that contains it.
 """
 from __future__ import annotations
 
@@ -41,6 +45,14 @@ _global: list = []            # the global pre-hook's handle while the search ru
 _roots: list = []             # (pre, post) handles of the roots' own hooks
 _adopted: "weakref.WeakSet" = weakref.WeakSet()
 _trained: "weakref.WeakSet" = weakref.WeakSet()   # roots called with gradients on, in training mode
+# datasets whose batches were fetched as data_wait with gradients on: training data (id -> dataset)
+_train_data: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _pending():
+    """`eval_root` of a pass opened by a batch fetch under no_grad: the first trained root called in it."""
+    return None
+
 # started: the search ran in this process; base / found_at: the timer's step boundaries at the search's
 # first call / when the first root was found; calls: module calls seen
 _search = {"started": False, "base": None, "found_at": None, "calls": 0}
@@ -67,6 +79,8 @@ def _begin(module, t) -> None:
         if t is not None and not t.broken:
             current = t.current_phase()
             if current == EVAL and getattr(_local, "eval_root", None) is not None:
+                if _local.eval_root is _pending and module in _trained:
+                    _local.eval_root = weakref.ref(module)
                 if _local.eval_root() is module and not _evaluating(module):
                     end_eval(t)   # the model trains again
                     current = t.current_phase()
@@ -104,18 +118,50 @@ def end_eval(t) -> None:
         session.log.warning("otel-gpu: end of evaluation not timed: %r", exc)
 
 
-def training_resumes(t) -> None:
-    """A batch is being fetched: it ends the evaluation pass when gradients are on and the model
-    that was evaluated is back in training mode."""
+def training_resumes(t, dataset=None) -> None:
+    """A batch is being fetched (from `dataset` when known): it ends the evaluation pass when gradients
+    are on and the model that was evaluated is back in training mode, or the batch is training data
+    (a loop that calls `model.train()` after its fetch)."""
     try:
         ref = getattr(_local, "eval_root", None)
         if ref is None or not _grad_enabled():
             return
         root = ref()
-        if root is None or root.training:
+        if root is None or root.training or (dataset is not None and _train_data.get(id(dataset)) is dataset):
             end_eval(t)
     except Exception as exc:  # never let our bug reach the training loop
         session.log.warning("otel-gpu: end of evaluation not timed: %r", exc)
+
+
+def before_fetch(t, dataset) -> None:
+    """A DataLoader over `dataset` is about to make its iterator or fetch a batch on this thread: an open
+    evaluation pass may end (`training_resumes`); with no phase open, once a root has trained, gradients
+    off or a trained root in eval mode and `dataset` never fetched for training open one (its first
+    batch and the loader's start-up are the evaluation's, not the step's)."""
+    try:
+        if getattr(_local, "eval_root", None) is not None:
+            training_resumes(t, dataset)
+            return
+        if not _trained or t is None or t.broken or _train_data.get(id(dataset)) is dataset:
+            return
+        if t.current_phase() is not None:
+            return
+        root = next((m for m in _trained if not m.training), None)
+        if root is None and _grad_enabled():
+            return
+        t.enter(EVAL)
+        _local.eval_root = weakref.ref(root) if root is not None else _pending
+    except Exception as exc:  # never let our bug reach the training loop
+        session.log.warning("otel-gpu: start of evaluation not timed: %r", exc)
+
+
+def training_data(dataset) -> None:
+    """Batches of `dataset` are being fetched as data_wait: with gradients on, it is training data."""
+    try:
+        if _grad_enabled() and _train_data.get(id(dataset)) is not dataset:
+            _train_data[id(dataset)] = dataset
+    except TypeError:   # a dataset that cannot be weakly referenced: not remembered
+        pass
 
 
 def _root_pre(module, args):
@@ -236,5 +282,6 @@ def uninstall() -> None:
                 handle.remove()
         _adopted.clear()
         _trained.clear()
+        _train_data.clear()
         _search.update(started=False, base=None, found_at=None, calls=0)
     _local.__dict__.clear()

@@ -1,7 +1,7 @@
 """Step and phase timing for one rank, on the host clock (no OpenTelemetry import).
 
-`Timer` turns hook calls (step begin/end, phase enter/exit, time blocked in a
-collective) into measurements handed to a `Sink`: step durations in seconds,
+`Timer` turns hook calls (step begin/end, phase enter/exit, `wait_begin`/`wait_end` around
+time blocked in a collective) into measurements handed to a `Sink`: step durations in seconds,
 *exclusive* phase seconds (a phase nested in another is not counted twice, so the
 phase shares of wall time add up to at most 1), checkpoint start/end events, and
 seconds blocked in collectives, by kind and phase.
@@ -78,24 +78,26 @@ def _guarded(method):
 @dataclass
 class _Frame:
     name: str
-    resumed: float      # perf_counter when this frame last became the innermost (or its wait ended)
+    resumed: float      # perf_counter when this frame last became the innermost (or its thread's wait ended)
     acc: float = 0.0    # exclusive seconds before `resumed`
     depth: int = 0      # re-entries of the same phase (DeepSpeed inside the HF Trainer)
-    waiting: int = 0    # collective waits open on this frame (nested ones count once): its own time is paused
     start: float = 0.0  # perf_counter when the phase was entered (its wall time, nested phases included)
     counted: bool = True  # False: held open so hooks keep out, its seconds and waits counted nowhere (set-up)
+    waited: float = 0.0   # collective wait seconds attributed to this frame (an eval frame: not step time)
+    live: bool = True     # still on its thread's stack
 
 
 class _Thread:
     """One thread's phases: the open frames and the closed totals, written by that thread only."""
 
-    __slots__ = ("stack", "closed", "gen", "thread")
+    __slots__ = ("stack", "closed", "gen", "thread", "waiting")
 
     def __init__(self):
         self.stack: list[_Frame] = []
         self.closed: dict[str, float] = {}   # phase -> exclusive seconds of the phases that ended
         self.gen = 0                         # odd while the owner changes stack/closed
         self.thread = threading.current_thread()
+        self.waiting = 0                     # collective waits open on this thread: no frame counts own time
 
 
 class Timer:
@@ -168,75 +170,54 @@ class Timer:
             self._step_start = self.clock()
             self._step_thread = threading.get_ident()
 
-    def collective(self, kind: str, seconds: float) -> None:
-        """This thread was blocked `seconds` in a collective of `kind` (all_reduce, all_gather, ...), just
-        now (a wait measured by its caller). Counted as the rank's collective wait under the current
-        phase, whose own time loses those seconds; outside every phase only inside a step.
-        (Called per collective: the guard is inlined rather than the `_guarded` wrapper.)"""
+    def wait_begin(self) -> tuple:
+        """This thread starts blocking in a collective: no phase of it counts own time (live reads too) until
+        `wait_end`, a phase entered meanwhile included. Returns the token to hand to `wait_end`: (the thread's
+        state, its innermost frame now or None, the clock reading). Called per collective: the guard is
+        inlined rather than the `_guarded` wrapper."""
         if self.broken:
-            return
+            return (None, None, self.clock())
         try:
-            st = getattr(self._local, "st", None)
-            if st is not None and st.stack:
-                top = st.stack[-1]
-                st.gen += 1
-                now = self.clock()
-                own = now - top.resumed if not top.waiting else 0.0
-                if seconds <= own:
-                    top.resumed += seconds
-                elif not top.waiting:   # a wait longer than the frame's current stretch: from what it had before
-                    top.resumed = now
-                    top.acc = max(0.0, top.acc - (seconds - own))
-                st.gen += 1
-                if top.counted:
-                    self.sink.collective(kind, top.name, seconds)
-            elif self._step_start is not None:
-                self.sink.collective(kind, "", seconds)
-        except Exception as exc:  # never let our bug reach the training loop
-            self.broken = True
-            log.warning("otel-gpu training telemetry disabled after an internal error: %r", exc)
-
-    def wait_begin(self) -> float:
-        """This thread starts blocking in a collective: its innermost phase stops counting own time (live
-        reads too) until `wait_end`. Returns the clock reading to hand to `wait_end`."""
-        st = getattr(self._local, "st", None)
-        if st is None or not st.stack or self.broken:
-            return self.clock()
-        try:
-            top = st.stack[-1]
+            st = getattr(self._local, "st", None) or self._state()
+            stack = st.stack
+            top = stack[-1] if stack else None
             st.gen += 1
             now = self.clock()
-            if not top.waiting:
+            if top is not None and not st.waiting:
                 top.acc += now - top.resumed
-            top.waiting += 1
+            st.waiting += 1
             st.gen += 1
-            return now
+            return (st, top, now)
         except Exception as exc:  # never let our bug reach the training loop
             self.broken = True
             log.warning("otel-gpu training telemetry disabled after an internal error: %r", exc)
-            return self.clock()
+            return (None, None, self.clock())
 
-    def wait_end(self, kind: str | None, began: float, before: float = 0.0) -> float:
-        """The wait that `wait_begin` returned `began` for is over: the innermost phase counts own time
-        again, and (unless `kind` is None: a call whose wait comes later) `before + seconds waited` are
-        the rank's collective wait of `kind` under that phase (outside every phase: only inside a step).
+    def wait_end(self, kind: str | None, token: tuple, before: float = 0.0) -> float:
+        """The wait that `wait_begin` returned `token` for is over: the thread's innermost phase counts own
+        time again, and (unless `kind` is None: a call whose wait comes later) `before + seconds waited` are
+        the rank's collective wait of `kind` under the phase that was innermost when the wait began (when
+        that phase ended meanwhile: under the innermost one now; outside every phase: only inside a step).
         Returns the seconds waited; never raises."""
         try:
+            st, frame, began = token
             now = self.clock()
             seconds = now - began
-            if self.broken:
+            if self.broken or st is None:
                 return seconds
-            st = getattr(self._local, "st", None)
-            top = st.stack[-1] if st is not None and st.stack else None
-            if top is not None and top.waiting:
+            if st.waiting > 0:
                 st.gen += 1
-                top.waiting -= 1
-                top.resumed = now
+                st.waiting -= 1
+                if not st.waiting and st.stack:
+                    st.stack[-1].resumed = now
                 st.gen += 1
             if kind is not None:
-                if top is not None:
-                    if top.counted:
-                        self.sink.collective(kind, top.name, before + seconds)
+                if frame is not None and not frame.live:
+                    frame = st.stack[-1] if st.stack else None
+                if frame is not None:
+                    frame.waited += before + seconds
+                    if frame.counted:
+                        self.sink.collective(kind, frame.name, before + seconds)
                 elif self._step_start is not None:
                     self.sink.collective(kind, "", before + seconds)
             return seconds
@@ -280,10 +261,9 @@ class Timer:
             return
         st.gen += 1   # odd from before the clock is read: a reader never counts past `now`
         now = self.clock()
-        if stack:
+        if stack and not st.waiting:
             top = stack[-1]
-            if not top.waiting:
-                top.acc += now - top.resumed
+            top.acc += now - top.resumed
         stack.append(_Frame(name, now, start=now, counted=counted))
         st.gen += 1
         if name == "checkpoint":
@@ -303,12 +283,15 @@ class Timer:
             return
         st.gen += 1
         now = self.clock()
-        seconds = top.acc + (now - top.resumed if not top.waiting else 0.0)
+        seconds = top.acc + (now - top.resumed if not st.waiting else 0.0)
         stack.pop()
+        top.live = False
         if top.counted:
             st.closed[name] = st.closed.get(name, 0.0) + seconds
         if name == "eval" and self._step_start is not None and self._step_thread == threading.get_ident():
-            self._step_start += min(now - top.start, now - self._step_start)   # evaluation is not step time
+            # evaluation is not step time: its own seconds and its waits leave the step; what else ran inside
+            # its wall time (a save, a phase of the job's own, a wait that began before it) stays, as counted
+            self._step_start += max(0.0, min(seconds + top.waited, now - self._step_start))
         parent = stack[-1] if stack else None
         if parent is not None:
             parent.resumed = now
@@ -373,7 +356,7 @@ class Timer:
                 for i, f in enumerate(stack):
                     if not f.counted:
                         continue
-                    open_s = f.acc + (now - f.resumed if i == len(stack) - 1 and not f.waiting else 0.0)
+                    open_s = f.acc + (now - f.resumed if i == len(stack) - 1 and not st.waiting else 0.0)
                     totals[f.name] = totals.get(f.name, 0.0) + max(open_s, 0.0)
             if [st.gen for st in threads] != gens:
                 time.sleep(0)

@@ -7,7 +7,8 @@ boundaries only while no higher integration (HF Trainer, Lightning, DeepSpeed,
 
 Whoever owns the steps, `torch.autograd.backward` (what `loss.backward()` calls) is the
 "backward" phase, getting the next batch from a DataLoader is the "data_wait" phase (not
-inside "eval": evaluation batches stay eval time), `torch.save` is a checkpoint save
+inside "eval": evaluation batches stay eval time; a loader iterated for an evaluation opens it,
+see `forward.before_fetch`), `torch.save` is a checkpoint save
 (the frameworks' own save functions, which call it, are one save) and the model call of a
 loop that no integration times is the "forward" phase (`forward`), or opens an evaluation pass
 ("eval") when the model is called without gradients or in eval mode; a backward pass, an
@@ -75,12 +76,40 @@ def _patch(owner, attr: str, name: str, unless: str | None = None, before=None) 
     _patched.append((owner, attr, original))
 
 
+def _next(original):
+    """`_BaseDataLoaderIter.__next__` as data_wait, except in an evaluation pass (its batches are eval
+    time); a plain loop's pass may end or begin at the fetch (`forward.before_fetch`)."""
+
+    @functools.wraps(original)
+    def __next__(self):
+        t = session.timer()
+        if t is None:
+            return original(self)
+        dataset = getattr(self, "_dataset", None)
+        forward.before_fetch(t, dataset)
+        if t.current_phase() == "eval":
+            return original(self)
+        forward.training_data(dataset)
+        t.enter("data_wait")
+        try:
+            return original(self)
+        finally:
+            t.exit("data_wait")
+
+    __next__._otelgpu = True
+    return __next__
+
+
 def _start_at_iter(original):
     """`DataLoader.__iter__` that starts telemetry once the iterator exists (after its workers are
-    forked), so the start-up is paid in set-up, not in the first `next()`."""
+    forked), so the start-up is paid in set-up, not in the first `next()`; a plain loop's evaluation
+    pass may end or begin before it (the start-up of an evaluation's loader is the evaluation's)."""
 
     @functools.wraps(original)
     def __iter__(self):
+        s = session._session
+        if s is not None:
+            forward.before_fetch(s.timer, getattr(self, "dataset", None))
         iterator = original(self)
         session.current()
         return iterator
@@ -97,7 +126,10 @@ def install_phases() -> None:
     import torch.autograd
     from torch.utils.data import dataloader
 
-    _patch(dataloader._BaseDataLoaderIter, "__next__", "data_wait", unless="eval", before=forward.training_resumes)
+    original = getattr(dataloader._BaseDataLoaderIter, "__next__", None)
+    if original is not None and not getattr(original, "_otelgpu", False):
+        dataloader._BaseDataLoaderIter.__next__ = _next(original)
+        _patched.append((dataloader._BaseDataLoaderIter, "__next__", original))
     _patch(torch.autograd, "backward", "backward", before=forward.end_eval)
     _patch(torch, "save", "checkpoint")
     original = getattr(dataloader.DataLoader, "__iter__", None)

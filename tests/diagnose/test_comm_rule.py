@@ -36,7 +36,7 @@ def hf_rank(r: int, gather: float, ddp: float, *, wall: float = 160.0, steps: in
     return RankStats(rank=str(r), host="n0", steps=steps, step_time_s=steps * step_s, step_count=steps,
                      phases=phases, samples=int(wall / 5) + 1, first_t=T0 + 5, last_t=T0 + wall,
                      collective_s=gather + ddp, collective_by_phase=by_phase,
-                     collective_by_kind={"all_gather": gather + eval_wait, "ddp_allreduce": ddp},
+                     collective_by_kind={"all_gather": gather, "ddp_allreduce": ddp},   # outside eval, as collective_s
                      param_gather_s=gather if fetch_phase in ("forward", "backward") else 0.0,
                      collective_basis="host")
 
@@ -126,3 +126,94 @@ def test_property_the_share_is_the_least_ranks_wait_over_its_measured_time(spec)
         assert f.evidence["wait_share"] == pytest.approx(least, abs=1e-4)
         assert f.lost_s == pytest.approx(f.lost_share * sum(measured_on_s(w, r) for r in ranks))
         assert f.evidence["zero"] is False and f.tune_space is None
+
+
+# ---- waits inside eval: in neither the total nor its breakdown by kind, on both diagnosis paths ----
+
+def _eval_job_points(t0: float, job: str):
+    """Two ranks exporting every 5 s for 200 s: per export 2 steps of 0.8 s, forward and backward 0.5 s each,
+    1.5 s of DDP all-reduce wait in backward, and an evaluation of 1 s with a 0.9 s metric all-reduce in it."""
+    from otel_gpu import names as N
+    from otel_gpu.record.decode import Point
+
+    res = (("host.name", "n0"), ("otelgpu.job", job))
+    for i in range(1, 41):
+        t, pts = t0 + 5 * i, []
+        for r in ("0", "1"):
+            a = (("host.name", "n0"), ("otelgpu.job", job), ("otelgpu.rank", r), ("otelgpu.world_size", "2"))
+            n = 2 * i
+            pts += [Point(N.TRAIN_STEPS.name, "counter", "{step}", "cumulative", res, a, t, n),
+                    Point(N.TRAIN_STEP_DURATION.name, "histogram", "s", "cumulative", res, a, t, 0.8 * n, n,
+                          (n, 0), (1.0,))]
+            for phase, v in (("forward", 0.5), ("backward", 0.5), ("eval", 1.0)):
+                pts.append(Point(N.TRAIN_PHASE_TIME.name, "counter", "s", "cumulative", res, a + ((N.PHASE, phase),),
+                                 t, v * i))
+            for phase, kind, v in (("backward", "ddp_allreduce", 1.5), ("eval", "all_reduce", 0.9)):
+                pts.append(Point(N.TRAIN_COLLECTIVE_TIME.name, "counter", "s", "cumulative", res,
+                                 a + ((N.COLLECTIVE, kind), (N.COLLECTIVE_BASIS, "host"), (N.PHASE, phase)), t, v * i))
+        yield t, pts
+
+
+def _prometheus_lines(points) -> str:
+    """The points as Prometheus text with timestamps, named as the OTLP translation names them."""
+    from otel_gpu import names as N
+
+    names = {N.TRAIN_STEPS.name: N.TRAIN_STEPS.prometheus_name(), N.TRAIN_PHASE_TIME.name:
+             N.TRAIN_PHASE_TIME.prometheus_name(), N.TRAIN_COLLECTIVE_TIME.name: N.TRAIN_COLLECTIVE_TIME.prometheus_name()}
+    hist = N.TRAIN_STEP_DURATION.prometheus_name()
+    out = []
+    for p in points:
+        labels = {k.replace(".", "_"): v for k, v in (*p.resource, *p.attrs)}
+        ms = int(p.t * 1000)
+        fmt_ = lambda extra: "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, **extra}.items()) + "}"   # noqa: E731
+        if p.kind == "histogram":
+            out += [f"{hist}_sum{fmt_({})} {p.value} {ms}", f"{hist}_count{fmt_({})} {p.count} {ms}",
+                    f"{hist}_bucket{fmt_({'le': '1'})} {p.buckets[0]} {ms}",
+                    f"{hist}_bucket{fmt_({'le': '+Inf'})} {p.count} {ms}"]
+        else:
+            out.append(f"{names[p.metric]}{fmt_({})} {p.value} {ms}")
+    return "\n".join(out) + "\n"
+
+
+def test_waits_inside_eval_are_left_out_of_the_kinds_on_both_paths(victoriametrics, tmp_path):
+    """20 s of DDP all-reduce wait in backward beside 30 s of metric all-reduce in eval printed 'communication
+    wait (all-reduce, ddp-allreduce)' with kinds adding up to more than the wait: eval's kinds are left out."""
+    import time
+    import uuid
+
+    import httpx
+
+    from otel_gpu.diagnose import diagnose
+    from otel_gpu.promql import PromClient
+    from otel_gpu.record.diagnose import diagnose_recording
+    from otel_gpu.record.store import Writer
+
+    job = f"evalkinds-{uuid.uuid4().hex[:8]}"
+    t0 = float(int(time.time()) - 400)
+    w = Writer(tmp_path / "run", {"job": job, "host": "n0", "started": repr(t0), "ended": repr(t0 + 201.0),
+                                  "exit_status": "0", "command": '["python", "train.py"]'})
+    every = []
+    for _, pts in _eval_job_points(t0, job):
+        w.add_points(pts)
+        every += pts
+    w.close()
+    r = httpx.post(f"{victoriametrics.url}/api/v1/import/prometheus", content=_prometheus_lines(every), timeout=30)
+    assert r.status_code == 204, r.text
+    victoriametrics.flush()
+    recorded = diagnose_recording([tmp_path / "run"])
+    win = recorded.window
+    with PromClient(victoriametrics.url) as client:
+        served = diagnose(client, job, win.start, win.end)
+    for report in (recorded, served):
+        ranks = report.window.ranks
+        assert [x.rank for x in ranks] == ["0", "1"]
+        for x in ranks:
+            assert x.collective_by_kind == pytest.approx({"ddp_allreduce": 60.0}), x.collective_by_kind
+            assert x.collective_s == pytest.approx(sum(x.collective_by_kind.values()))
+            assert x.collective_by_phase == pytest.approx({"backward": 60.0, "eval": 36.0})
+        f = only([f for f in report.findings if f.rule == "comm"])
+        assert f.title.startswith("communication wait (ddp-allreduce): "), f.title
+        assert f.evidence["by_kind_s"] == pytest.approx({"ddp_allreduce": f.evidence["wait_per_step_s"]}, rel=1e-3)
+        assert "all-reduce " not in f.seen, f.seen
+    mine, theirs = (only([f for f in x.findings if f.rule == "comm"]) for x in (recorded, served))
+    assert mine.severity == theirs.severity and mine.lost_share == pytest.approx(theirs.lost_share, abs=0.01)

@@ -29,6 +29,17 @@ def test_own_iterator_on_every_rank_is_a_finding_with_its_share_per_rank():
     assert f.lost_s == pytest.approx(0.5 * sum(window(ranks=ranks).rank_wall_s(r) for r in ranks))
 
 
+def test_eval_and_its_waits_are_neither_step_time_nor_subtracted_and_the_finding_says_so():
+    # 100 steps of 1 s (an evaluation pass is never in a step): 40 s of phases, 10 s of waits in backward and
+    # between phases; eval's 30 s and its 20 s all-reduce are outside the steps and not taken off them
+    ranks = [rank(i, forward=20, backward=15, optimizer=5, eval=30, waits={"backward": 6, "": 4, "eval": 20})
+             for i in range(2)]
+    assert unphased(ranks[0]) == (pytest.approx(50.0), pytest.approx(0.5))
+    [f] = unphased_time(window(ranks=ranks), TH)
+    assert "minus every phase but eval" in f.seen and "every collective wait outside eval" in f.seen, f.seen
+    assert "evaluation never in it" in f.seen
+
+
 def test_quiet_when_phases_cover_the_steps_or_one_rank_only():
     covered = [rank(i, data_wait=5, forward=40, backward=40, optimizer=10) for i in range(2)]   # 5% outside
     assert unphased_time(window(ranks=covered), TH) == []

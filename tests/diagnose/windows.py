@@ -1,6 +1,7 @@
 """Hand-built diagnosis windows for the pure rule tests (no server)."""
 from __future__ import annotations
 
+from otel_gpu.names import OUTSIDE_STEPS
 from otel_gpu.diagnose.model import GpuStats, NodeStats, RankStats, Timeline, Window
 
 T0 = 1_700_000_000.0
@@ -9,12 +10,14 @@ T0 = 1_700_000_000.0
 def rank(r: int, host: str = "n0", steps: float = 100, step_s: float = 1.0, wall: float = 120.0,
          waits: dict[str, float] | None = None, **phases: float) -> RankStats:
     """A rank with `steps` steps of `step_s` seconds over `wall` seconds, phase seconds as given, and
-    `waits` seconds blocked in collectives per phase ('' outside phases; None: not measured)."""
+    `waits` seconds blocked in collectives per phase ('' outside phases; None: not measured). As both diagnosis
+    paths build them: the total and its kinds leave eval's waits out (never step time)."""
+    stepped = sum(v for p, v in (waits or {}).items() if p not in OUTSIDE_STEPS)
     return RankStats(rank=str(r), host=host, steps=steps, step_time_s=steps * step_s, step_count=steps,
                      phases=dict(phases), samples=int(wall / 5) + 1, first_t=T0 + 5, last_t=T0 + wall,
-                     collective_s=sum(waits.values()) if waits is not None else None,
+                     collective_s=stepped if waits is not None else None,
                      collective_by_phase=dict(waits or {}),
-                     collective_by_kind={"all_reduce": sum(waits.values())} if waits else {})
+                     collective_by_kind={"all_reduce": stepped} if stepped else {})
 
 
 def gpu(i: int, host: str = "n0", util: float | None = 0.9, sm: float | None = 0.6, **kw) -> GpuStats:

@@ -116,28 +116,113 @@ def test_async_call_and_wait_each_pause_their_own_phase(parts):
     assert sink.collectives == [("all_gather", "backward", 0.52)]
 
 
-def test_a_wait_reported_after_the_fact_comes_out_of_the_phase(parts):
-    """`otel_gpu.training.collective()` and callers that time the wait themselves."""
+def test_a_wait_inside_eval_comes_out_of_the_phase(parts):
+    """`otel_gpu.training.collective()` around a wait of the caller's own library (wait_begin / wait_end)."""
     t, sink, clock = parts
     with t.step():
         with t.phase("eval"):
             clock.tick(1.0)
-            clock.tick(0.4)
-            t.collective("all_reduce", 0.4)
+            blocked(t, clock, "all_reduce", 0.4)
             clock.tick(0.1)
     assert sink.phases == [("eval", 1.1)]
     assert sink.collectives == [("all_reduce", "eval", 0.4)]
+    assert sink.steps == [0.0]                  # the evaluation and its wait: neither is step time
 
 
-def test_a_wait_longer_than_the_current_stretch_takes_from_before(parts):
+def test_a_phase_entered_during_a_wait_counts_nothing_until_the_wait_ends(parts):
+    """A phase opened inside a wait (the body of `otg.collective(...)` calling the model) is paused with it."""
     t, sink, clock = parts
     with t.phase("forward"):
         clock.tick(1.0)
+        began = t.wait_begin()
+        clock.tick(0.2)
         with t.phase("inner"):
             clock.tick(0.1)
-        clock.tick(0.3)
-        t.collective("broadcast", 0.5)          # began before "inner" ended: 0.2 s from earlier stretches
-    assert sink.phases == [("inner", 0.1), ("forward", 0.8)]
+        clock.tick(0.2)
+        t.wait_end("broadcast", began)
+    assert sink.phases == [("inner", 0.0), ("forward", 1.0)]
+    assert sink.collectives == [("broadcast", "forward", 0.5)]
+
+
+def test_a_wait_across_a_phase_change_resumes_the_phase_it_paused(parts):
+    """A entered at 0, a wait from 1 to 3, B entered at 2 (inside the wait) and left at 4, A left at 5: the
+    wait is A's (it began there), B counts 3..4 only, A counts 0..1 and 4..5; nothing stays paused."""
+    t, sink, clock = parts
+    t.enter("A")
+    clock.tick(1.0)
+    began = t.wait_begin()
+    clock.tick(1.0)
+    t.enter("B")
+    clock.tick(1.0)
+    t.wait_end("all_reduce", began)
+    clock.tick(1.0)
+    t.exit("B")
+    clock.tick(1.0)
+    t.exit("A")
+    assert sink.phases == [("B", 1.0), ("A", 2.0)]
+    assert sink.collectives == [("all_reduce", "A", 2.0)]   # 2.0 + 1.0 + 2.0 = the 5 s of wall time
+    with t.phase("C"):                          # and the thread counts again afterwards
+        clock.tick(0.5)
+    assert sink.phases[-1] == ("C", 0.5)
+
+
+def test_a_wait_begun_outside_phases_that_opens_eval_stays_the_steps(parts):
+    """wait_begin on an empty stack, then the model called under no_grad inside the wait opens eval: the wait
+    is the step's (it began outside every phase), eval counts from the wait's end, and eval leaves the step
+    with its own seconds only, so step time minus the wait is what lies outside both."""
+    t, sink, clock = parts
+    t.begin_step("user")
+    began = t.wait_begin()
+    clock.tick(1.0)
+    t.enter("eval")                             # inside the wait
+    clock.tick(1.0)
+    t.wait_end("all_reduce", began)
+    clock.tick(1.0)                             # eval's own second
+    t.exit("eval")
+    clock.tick(1.0)                             # outside every phase
+    t.end_step("user")
+    assert sink.phases == [("eval", 1.0)]
+    assert sink.collectives == [("all_reduce", "", 2.0)]
+    assert sink.steps == [3.0]                  # 4 s of wall time less eval's own second
+    assert sink.steps[0] - 2.0 == pytest.approx(1.0)
+
+
+def test_a_wait_whose_phase_ended_meanwhile_goes_to_the_phase_it_ends_in(parts):
+    """The phase the wait began in was left during the wait (an exception unwound it): the wait is counted
+    under the innermost phase at its end (outside every phase: the step's) and no phase stays paused."""
+    t, sink, clock = parts
+    with t.step():
+        with t.phase("optimizer"):
+            t.enter("logging")
+            clock.tick(0.1)
+            began = t.wait_begin()
+            clock.tick(0.3)
+            t.exit("logging")
+            clock.tick(0.2)
+            t.wait_end("barrier", began)
+            clock.tick(0.4)
+        began = t.wait_begin()
+        with t.phase("checkpoint"):
+            clock.tick(0.5)
+        t.wait_end("all_gather", began)
+        clock.tick(0.25)
+    assert sink.phases == [("logging", 0.1), ("optimizer", 0.4), ("checkpoint", 0.0)]
+    assert sink.collectives == [("barrier", "optimizer", 0.5), ("all_gather", "", 0.5)]
+    assert sink.steps == [1.75]
+    assert t.current_phase() is None and t.phase_totals()["optimizer"] == pytest.approx(0.4)
+
+
+def test_live_reads_never_count_a_phase_opened_inside_a_wait(parts):
+    t, sink, clock = parts
+    t.enter("forward")
+    clock.tick(1.0)
+    began = t.wait_begin()
+    t.enter("eval")
+    clock.tick(2.0)
+    assert t.phase_totals() == {"forward": 1.0, "eval": 0.0}
+    t.wait_end("all_reduce", began)
+    clock.tick(0.5)
+    assert t.phase_totals() == {"forward": 1.0, "eval": 0.5}
 
 
 def test_live_reads_never_count_a_wait_in_progress():

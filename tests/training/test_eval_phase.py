@@ -170,3 +170,113 @@ def test_an_evaluation_on_another_thread_leaves_the_steps_alone():
             time.sleep(0.05)
         time.sleep(0.01)
     assert t.sink.steps[0] >= 0.06 and 0.01 <= t.sink.steps[1] < 0.04, t.sink.steps
+
+
+class SlowData(torch.utils.data.Dataset):
+    """`n` samples that take `seconds` each to produce (a decode)."""
+
+    def __init__(self, n: int, seconds: float):
+        self.n, self.seconds = n, seconds
+        self.x, self.y = torch.randn(n, 4), torch.randn(n, 4)
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        time.sleep(self.seconds)
+        return self.x[i], self.y[i]
+
+
+@pytest.mark.parametrize("how", ["eval+no_grad", "no_grad", "eval"])
+def test_an_evaluation_loaders_first_batch_is_the_evaluations(timer, how):
+    """The pass's first batch is fetched before the model call that would open it: the loader, iterated with
+    gradients off or the trained model in eval mode, opens it, so the fetch is neither data wait nor step."""
+    model, loss_fn = Net(), torch.nn.MSELoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    train = _loader(4)
+    for _ in range(2):
+        for x, y in train:
+            loss_fn(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        waited = timer.phase_totals().get("data_wait", 0.0)
+        val = torch.utils.data.DataLoader(SlowData(3, 0.04), batch_size=1)
+        if how != "no_grad":
+            model.eval()
+        with torch.enable_grad() if how == "eval" else torch.no_grad():
+            for x, y in val:                       # 3 x (40 ms fetch + 20 ms model)
+                loss_fn(model(x), y)
+        model.train()
+        assert timer.current_phase() == "eval"
+        assert timer.phase_totals().get("data_wait", 0.0) - waited < 0.01   # no fetch of the pass is data wait
+    totals = timer.phase_totals()
+    assert totals["eval"] >= 2 * 3 * (0.04 + EVAL_S), totals
+    assert max(timer.sink.seconds) < 0.05, timer.sink.seconds   # the step holding a pass: without its fetches
+
+
+def test_a_loop_that_calls_train_after_its_fetch_ends_the_pass_at_the_fetch(timer):
+    """`for batch in loader: model.train(); ...` after an evaluation that left the model in eval mode: the
+    first training batch of the next epoch is fetched in eval mode, from the training data: data wait."""
+    model, loss_fn = Net(), torch.nn.MSELoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    train = torch.utils.data.DataLoader(SlowData(4, 0.03), batch_size=1)
+    for _ in range(2):
+        for x, y in train:
+            model.train()
+            loss_fn(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        model.eval()
+        with torch.no_grad():
+            for x, y in _loader(2):
+                model(x)
+    totals = timer.phase_totals()
+    assert totals["data_wait"] >= 8 * 0.03, totals             # every training fetch, the second epoch's first too
+    assert totals["eval"] < 2 * 2 * (EVAL_S + 0.01), totals     # the passes only
+
+
+def test_a_save_inside_an_evaluation_stays_in_the_step():
+    """A checkpoint nested in eval: the step start moves by eval's own seconds and its waits only, so the
+    save stays step time, where the diagnosis subtracts it (unphased = step time minus the phases)."""
+    from otel_gpu.diagnose.model import RankStats
+    from otel_gpu.diagnose.unphased import unphased
+
+    class Sink:
+        def __init__(self):
+            self.steps, self.phases, self.waits = [], {}, {}
+
+        def step(self, seconds, samples, tokens):
+            self.steps.append(seconds)
+
+        def phase(self, name, seconds):
+            self.phases[name] = self.phases.get(name, 0.0) + seconds
+
+        def checkpoint(self, event):
+            pass
+
+        def collective(self, kind, phase, seconds):
+            self.waits[phase] = self.waits.get(phase, 0.0) + seconds
+
+    now = [0.0]
+    t = Timer(Sink(), clock=lambda: now[0])
+    t.begin_step("user")
+    now[0] += 0.2                                 # outside every phase
+    t.enter("eval")
+    now[0] += 0.5
+    t.enter("checkpoint")                         # the pass saves the best model
+    now[0] += 1.0
+    t.exit("checkpoint")
+    began = t.wait_begin()
+    now[0] += 0.2                                 # its metric all-reduce
+    t.wait_end("all_reduce", began)
+    now[0] += 0.3
+    t.exit("eval")
+    now[0] += 0.1
+    t.end_step("user")
+    s = t.sink
+    assert s.phases == pytest.approx({"eval": 0.8, "checkpoint": 1.0}) and s.waits == pytest.approx({"eval": 0.2})
+    assert s.steps == pytest.approx([1.3])        # 2.3 s of wall time less eval's 0.8 s and its 0.2 s wait
+    r = RankStats(rank="0", host="h", steps=1, step_time_s=s.steps[0], step_count=1, phases=s.phases,
+                  collective_s=0.0, collective_by_phase=s.waits)
+    out, share = unphased(r)
+    assert out == pytest.approx(0.3)              # the 0.2 s before the pass and the 0.1 s after it

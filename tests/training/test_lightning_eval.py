@@ -53,7 +53,9 @@ def test_uncounted_phase_holds_hooks_off_and_counts_nowhere():
     t.enter("eval")                       # a validation pass inside the sanity check: the same uncounted pass
     assert t.current_phase() == "eval"
     now[0] += 1.0
-    t.collective("all_reduce", 0.5)       # its metric all-reduce: nobody's wait
+    began = t.wait_begin()                # its metric all-reduce: nobody's wait
+    now[0] += 0.5
+    t.wait_end("all_reduce", began)
     began = t.wait_begin()
     now[0] += 0.25
     t.wait_end("barrier", began)
