@@ -80,16 +80,20 @@ class Store:
         with self._lock:
             self._serial += 1
             serial, oldest = self._serial, now - self.window_s
-            prev = self._slots.get(source, [])
-            slots: list[_Slot] = []
-            for i, r in enumerate(readings):
-                spec, attrs = r.spec, r.attributes
-                if i < len(prev) and prev[i][0] is spec and prev[i][1] is attrs:
-                    slot = prev[i]
-                else:
+            prev = self._slots.get(source, ())
+            n_prev = len(prev)
+            slots: list[_Slot] | None = None   # built only once a reading is not in its last slot
+            i = -1
+            for i, (spec, value, attrs) in enumerate(readings):
+                slot = prev[i] if i < n_prev else None
+                if slot is None or slot[0] is not spec or slot[1] is not attrs:
+                    if slots is None:
+                        slots = list(prev[:i])
                     slot = self._slot(spec, attrs)
+                if slots is not None:
+                    slots.append(slot)
                 cell = slot[3]
-                value = cell.value = r.value
+                cell.value = value
                 cell.serial = serial
                 times = cell.times
                 if times is not None:   # windowed: _Cell.add, inlined (the hottest loop of a round)
@@ -99,13 +103,14 @@ class Store:
                     cell.fresh += 1
                     if times[0] < oldest:
                         cell.trim(oldest)
-                slots.append(slot)
+            if slots is None and i + 1 == n_prev:
+                return   # the same series as last time, in the same order: none gone
             for spec, _, key, cell in prev:
                 if cell.serial != serial:   # not reported this time: gone
                     series = self._series.get(spec.name, {})
                     if series.get(key) is cell:
                         del series[key]
-            self._slots[source] = slots
+            self._slots[source] = slots if slots is not None else list(prev[:i + 1])
 
     def _slot(self, spec: MetricSpec, attrs: Mapping[str, str]) -> _Slot:
         series = self._series.get(spec.name)

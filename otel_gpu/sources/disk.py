@@ -13,21 +13,21 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, NamedTuple
 
 from .. import names
 from ..readings import Reading, SourceError
 from .net import CounterState
-from .procfields import counter
+from .procfields import counters, read_text
 
 SECTOR = 512  # bytes
 MOD32 = 2**32
 _VIRTUAL = re.compile(r"^(loop|ram)\d+$")
 
 
-@dataclass(frozen=True)
-class DiskStats:
-    """One diskstats line. Times in milliseconds, sizes in sectors."""
+class DiskStats(NamedTuple):
+    """One diskstats line. Times in milliseconds, sizes in sectors. (A named tuple: the source
+    parses every line each round, and it builds in a third of a frozen dataclass's time.)"""
 
     name: str
     reads: int
@@ -56,13 +56,12 @@ def parse_diskstats(text: str, bad: list[str] | None = None) -> list[DiskStats]:
         if len(f) < 14:
             continue
         try:
-            v = [counter(x) for x in f[3:14]]
+            v = counters(f[3:14])
         except ValueError as e:
             if bad is not None:
                 bad.append(f"{f[2]}: {e}")
             continue
-        out.append(DiskStats(f[2], reads=v[0], read_sectors=v[2], read_ms=v[3], writes=v[4],
-                             write_sectors=v[6], write_ms=v[7], io_ms=v[9]))
+        out.append(DiskStats(f[2], v[0], v[2], v[3], v[4], v[6], v[7], v[9]))
     return out
 
 
@@ -161,6 +160,8 @@ class DiskSource:
         self._mounts: dict[str, Mount | None] = {}
         self._unreadable: dict[str, str] = {}
         self._fs: dict[str, dict] = {}
+        self._plans: dict[str, tuple] = {}   # device -> see _plan
+        self._diskstats = os.path.join(proc_root, "diskstats")
 
     # -- block devices
     def _is_whole_disk(self, dev: str) -> bool:
@@ -175,16 +176,16 @@ class DiskSource:
         return known
 
     def _devices(self) -> list[DiskStats]:
-        path = os.path.join(self.proc_root, "diskstats")
+        path = self._diskstats
         bad: list[str] = []
         try:
-            with open(path) as f:
-                stats = parse_diskstats(f.read(), bad)
+            stats = parse_diskstats(read_text(path), bad)
         except OSError as e:
             raise SourceError(f"disk: {path}: {e.strerror or e}")
-        self._unreadable.pop(path, None)
-        for key in [k for k in self._unreadable if k.startswith(path + " (malformed")]:
-            del self._unreadable[key]
+        if self._unreadable:
+            self._unreadable.pop(path, None)
+            for key in [k for k in self._unreadable if k.startswith(path + " (malformed")]:
+                del self._unreadable[key]
         for i, why in enumerate(bad):   # lines left out of this read: each one a partial error
             self.partial_errors += 1
             self._unreadable[f"{path} (malformed line {i + 1})"] = why
@@ -192,21 +193,34 @@ class DiskSource:
             return stats
         return [s for s in stats if self._is_whole_disk(s.name)]
 
-    def _device_readings(self, stats: list[DiskStats]) -> list[Reading]:
-        out = []
-        for s in stats:
+    def _plan(self, dev: str) -> tuple:
+        """A device's exported fields: (DiskStats index, counter key, modulus, scale, spec,
+        attributes); built once per device (readings share the attributes: never mutated)."""
+        plan = self._plans.get(dev)
+        if plan is None:
+            rows = []
             for spec, direction, field, scale, ms32 in _FIELDS:
-                total, status = self._counters.update((s.name, field), getattr(s, field), MOD32 if ms32 else None)
-                if status == "wrap":
-                    self.wraps += 1
-                elif status == "reset":
-                    self.resets += 1
-                    if s.name in self._present:  # a re-added device starts from 0: fine
-                        self.partial_errors += 1
-                attrs = {names.DEVICE: s.name}
+                attrs = {names.DEVICE: dev}
                 if direction:
                     attrs[names.DISK_DIRECTION] = direction
-                out.append(Reading(spec, float(total * scale), attrs))
+                rows.append((DiskStats._fields.index(field), (dev, field), MOD32 if ms32 else None, scale, spec, attrs))
+            plan = self._plans[dev] = tuple(rows)
+        return plan
+
+    def _device_readings(self, stats: list[DiskStats]) -> list[Reading]:
+        out = []
+        add, update = out.append, self._counters.update
+        for s in stats:
+            for index, key, modulus, scale, spec, attrs in self._plan(s.name):
+                total, status = update(key, s[index], modulus)
+                if status != "ok":
+                    if status == "wrap":
+                        self.wraps += 1
+                    else:
+                        self.resets += 1
+                        if s.name in self._present:  # a re-added device starts from 0: fine
+                            self.partial_errors += 1
+                add(Reading(spec, float(total * scale), attrs))
         return out
 
     # -- filesystems
@@ -262,7 +276,11 @@ class DiskSource:
             self._unreadable[os.path.join(self.proc_root, "diskstats")] = str(e)
             stats = []
         out = self._device_readings(stats)
-        self._present = {s.name for s in stats}
+        present = {s.name for s in stats}
+        if present != self._present:
+            self._present = present
+            for gone in set(self._plans) - present:
+                del self._plans[gone]
         fs = self._fs_readings()
         if self.paths and not stats and not fs:
             raise SourceError(f"disk: neither {self.proc_root}/diskstats nor the filesystem of {self.paths[0]} is readable")

@@ -1,4 +1,5 @@
-"""Host CPU, memory, swap and load, through psutil (a constructor argument for tests).
+"""Host CPU, memory, swap and load, through psutil (a constructor argument for tests); the two
+calls of every round (CPU times, memory) read /proc directly where it is there (hostproc.py).
 
 Nothing here blocks: CPU utilization is computed from the difference of two
 `cpu_times()` samples, so the first read has none (there is no earlier sample).
@@ -12,8 +13,14 @@ import psutil
 
 from .. import names
 from ..readings import SLOW_READ_S, Reading, SourceError
+from .hostproc import ProcHost
 
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
+# attributes of the readings, built once (readings share them: never mutated)
+_MODE_ATTRS = {m: {names.CPU_MODE: m} for m in CPU_MODES}
+_STATE_ATTRS = {s: {names.MEMORY_STATE: s} for s in ("free", "buffers", "cached", "used")}
+_PAGING_ATTRS = {k: {names.PAGING_STATE: k} for k in ("used", "free")}
+_DIRECTION_ATTRS = {k: {names.PAGING_DIRECTION: k} for k in ("in", "out")}
 _MEMORY_FIELDS = ("total", "available", "free", "buffers", "cached")
 SWAP_PAGE = 4096  # psutil reports swap-in/out as pages * 4096 bytes on Linux
 
@@ -78,7 +85,12 @@ class HostSource:
 
     name = "host"
 
-    def __init__(self, psutil_module: Any = psutil, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, psutil_module: Any = None, clock: Callable[[], float] = time.monotonic,
+                 proc_root: str = "/proc"):
+        """`psutil_module`: psutil or a stand-in (tests); by default psutil, with its two calls of
+        every round read from `proc_root` directly where it is readable (hostproc.ProcHost)."""
+        if psutil_module is None:
+            psutil_module = ProcHost(psutil, proc_root) if ProcHost.usable(proc_root) else psutil
         self.ps = psutil_module
         self.clock = clock
         self.partial_errors = 0
@@ -118,7 +130,7 @@ class HostSource:
                 fractions = cpu_fractions(self._prev_cpu, cpu)
                 if fractions is None:
                     return self._rest(out)  # within one tick: keep the older sample as the base
-                out += [Reading(names.CPU_UTILIZATION, f, {names.CPU_MODE: m}) for m, f in fractions.items()]
+                out += [Reading(names.CPU_UTILIZATION, f, _MODE_ATTRS[m]) for m, f in fractions.items()]
             self._prev_cpu = cpu
             self._last["cpu_modes"] = sorted(cpu)
         return self._rest(out)
@@ -129,17 +141,17 @@ class HostSource:
             out.append(Reading(names.CPU_COUNT, float(count)))
         vm = self._part("virtual_memory", lambda: non_negative(self.ps.virtual_memory(), _MEMORY_FIELDS))
         if vm is not None:
-            out += [Reading(names.MEMORY_USAGE, float(v), {names.MEMORY_STATE: s}) for s, v in memory_states(vm).items()]
+            out += [Reading(names.MEMORY_USAGE, float(v), _STATE_ATTRS[s]) for s, v in memory_states(vm).items()]
             out.append(Reading(names.MEMORY_LIMIT, float(vm.total)))
             out.append(Reading(names.MEMORY_UTILIZATION, memory_utilization(vm)))
             self._last["memory_total"] = int(vm.total)
         sw = self._slow_part("swap_memory",   # parses all of /proc/vmstat
                              lambda: non_negative(self.ps.swap_memory(), ("total", "used", "free", "sin", "sout")))
         if sw is not None:
-            out.append(Reading(names.PAGING_USAGE, float(sw.used), {names.PAGING_STATE: "used"}))
-            out.append(Reading(names.PAGING_USAGE, float(sw.free), {names.PAGING_STATE: "free"}))
-            out.append(Reading(names.PAGING_OPERATIONS, float(sw.sin // SWAP_PAGE), {names.PAGING_DIRECTION: "in"}))
-            out.append(Reading(names.PAGING_OPERATIONS, float(sw.sout // SWAP_PAGE), {names.PAGING_DIRECTION: "out"}))
+            out.append(Reading(names.PAGING_USAGE, float(sw.used), _PAGING_ATTRS["used"]))
+            out.append(Reading(names.PAGING_USAGE, float(sw.free), _PAGING_ATTRS["free"]))
+            out.append(Reading(names.PAGING_OPERATIONS, float(sw.sin // SWAP_PAGE), _DIRECTION_ATTRS["in"]))
+            out.append(Reading(names.PAGING_OPERATIONS, float(sw.sout // SWAP_PAGE), _DIRECTION_ATTRS["out"]))
             self._last["swap_total"] = int(sw.total)
         load = self._part("getloadavg", lambda: non_negative_values(self.ps.getloadavg()))
         if load is not None:

@@ -17,7 +17,7 @@ from typing import Callable, Hashable, Iterable
 
 from .. import names
 from ..readings import Reading, SourceError
-from .procfields import counter
+from .procfields import counter, counters, read_text
 
 # /proc/net/dev columns after "iface:", receive then transmit (8 each).
 _RX_COLUMNS = ("bytes", "packets", "errs", "drop", "fifo", "frame", "compressed", "multicast")
@@ -30,6 +30,11 @@ _COUNTERS = (
     (names.NET_DROPPED, "drop", "dropped"),
 )
 _DIRECTIONS = (("receive", "rx"), ("transmit", "tx"))
+_ROW_KEYS = tuple(f"rx_{c}" for c in _RX_COLUMNS) + tuple(f"tx_{c}" for c in _TX_COLUMNS)
+# the exported counters: (spec, direction, row key), in the order they are read
+_EXPORTED = tuple((spec, direction, f"{prefix}_{column}") for spec, column, _stem in _COUNTERS
+                  for direction, prefix in _DIRECTIONS)
+_INDEX = {key: i for i, key in enumerate(_ROW_KEYS)}
 
 
 # ---- monotonic counters ------------------------------------------------------
@@ -68,11 +73,12 @@ class CounterState:
 
 
 # ---- pure parsers ----------------------------------------------------------------
-def parse_net_dev(text: str, bad: list[str] | None = None) -> dict[str, dict[str, int]]:
-    """Parse `/proc/net/dev` into {iface: {"rx_bytes": n, ..., "tx_drop": n}} (bytes, packets).
-    A row with a field that is not a non-negative integer is left out and described in `bad`."""
-    out: dict[str, dict[str, int]] = {}
-    for line in text.splitlines():
+def net_dev_rows(text: str, bad: list[str] | None = None) -> dict[str, list[int]]:
+    """Parse `/proc/net/dev` into {iface: its 16 counters} (receive then transmit, in the
+    file's column order). A row with a field that is not a non-negative integer is left out and
+    described in `bad`."""
+    out: dict[str, list[int]] = {}
+    for line in text.split("\n"):
         name, sep, rest = line.partition(":")
         if not sep or "|" in line:
             continue
@@ -80,14 +86,17 @@ def parse_net_dev(text: str, bad: list[str] | None = None) -> dict[str, dict[str
         if len(values) < 16:
             continue
         try:
-            row = {f"rx_{c}": counter(v) for c, v in zip(_RX_COLUMNS, values[:8])}
-            row.update({f"tx_{c}": counter(v) for c, v in zip(_TX_COLUMNS, values[8:16])})
+            out[name.strip()] = counters(values[:16])
         except ValueError as e:
             if bad is not None:
                 bad.append(f"{name.strip()}: {e}")
-            continue
-        out[name.strip()] = row
     return out
+
+
+def parse_net_dev(text: str, bad: list[str] | None = None) -> dict[str, dict[str, int]]:
+    """Parse `/proc/net/dev` into {iface: {"rx_bytes": n, ..., "tx_drop": n}} (bytes, packets).
+    A row with a field that is not a non-negative integer is left out and described in `bad`."""
+    return {name: dict(zip(_ROW_KEYS, row)) for name, row in net_dev_rows(text, bad).items()}
 
 
 def speed_bytes_per_second(text: str) -> float | None:
@@ -139,41 +148,45 @@ class NetSource:
         self._speeds: dict[str, _Speed] = {}
         self._unreadable: dict[str, str] = {}
         self._origin = ""
+        self._dev_path = os.path.join(proc_root, "net", "dev")
+        self._had_malformed = False      # rows were left out of an earlier read (listed in describe)
+        self._chosen: dict[str, bool] = {}    # interface -> selected by include/exclude
+        self._plans: dict[str, tuple] = {}    # interface -> see _plan
 
     # -- I/O
-    def _stats(self) -> dict[str, dict[str, int]]:
-        """Raw counters per interface, from /proc/net/dev or else /sys statistics."""
-        dev = os.path.join(self.proc_root, "net", "dev")
+    def _stats(self) -> dict[str, list[int | None]]:
+        """Raw counters per interface (in `_ROW_KEYS` order), from /proc/net/dev or else /sys
+        statistics (there, a counter not read is None)."""
+        dev = self._dev_path
         try:
-            with open(dev) as f:
-                text = f.read()
+            text = read_text(dev)
             self._origin = dev
             bad: list[str] = []
-            stats = parse_net_dev(text, bad)
-            self._malformed(dev, bad)
+            stats = net_dev_rows(text, bad)
+            if bad or self._had_malformed:
+                self._malformed(dev, bad)
             return stats
         except OSError as e:
             self._unreadable[dev] = e.strerror or str(e)
         return self._sys_stats()
 
-    def _sys_stats(self) -> dict[str, dict[str, int]]:
+    def _sys_stats(self) -> dict[str, list[int | None]]:
         base = os.path.join(self.sys_root, "class", "net")
         try:
             ifaces = sorted(os.listdir(base))
         except OSError as e:
             raise SourceError(f"net: neither {self.proc_root}/net/dev nor {base} is readable: {e.strerror}")
         self._origin = base
-        out: dict[str, dict[str, int]] = {}
+        out: dict[str, list[int | None]] = {}
         for iface in ifaces:
-            if not selected(iface, self.include, self.exclude):
+            if not self._selected(iface):
                 continue
-            row: dict[str, int] | None = {}
+            row: list[int | None] | None = [None] * len(_ROW_KEYS)
             for _spec, column, stem in _COUNTERS:
                 for _direction, prefix in _DIRECTIONS:
                     path = os.path.join(base, iface, "statistics", f"{prefix}_{stem}")
                     try:
-                        with open(path) as f:
-                            row[f"{prefix}_{column}"] = counter(f.read())
+                        row[_INDEX[f"{prefix}_{column}"]] = counter(read_text(path))
                     except FileNotFoundError:
                         row = None  # the interface vanished while we read it
                         break
@@ -181,9 +194,30 @@ class NetSource:
                         self._note(path, e)
                 if row is None:
                     break
-            if row:
+            if row is not None and any(v is not None for v in row):
                 out[iface] = row
         return out
+
+    def _selected(self, iface: str) -> bool:
+        """`selected` for this source's globs, remembered per name."""
+        known = self._chosen.get(iface)
+        if known is None:
+            if len(self._chosen) > 4096:   # interfaces come and go (containers): keep it bounded
+                self._chosen.clear()
+            known = self._chosen[iface] = selected(iface, self.include, self.exclude)
+        return known
+
+    def _plan(self, iface: str) -> tuple:
+        """An interface's exported counters: (row index, counter key, spec, direction, attributes),
+        and its link-speed attributes; built once (readings share the attributes: never mutated)."""
+        plan = self._plans.get(iface)
+        if plan is None:
+            counters_ = tuple((_INDEX[key], (iface, spec.name, direction), spec,
+                               {names.IFACE: iface, names.DIRECTION: direction})
+                              for spec, direction, key in _EXPORTED)
+            limit = {names.HW_ID: iface, names.HW_TYPE: "network", names.IFACE: iface}
+            plan = self._plans[iface] = (counters_, limit)
+        return plan
 
     def _speed(self, iface: str) -> float | None:
         now = self.clock()
@@ -210,6 +244,7 @@ class NetSource:
         for i, why in enumerate(bad):
             self.partial_errors += 1
             self._unreadable[f"{path} (malformed row {i + 1})"] = why
+        self._had_malformed = bool(bad)
 
     def _note(self, path: str, err: Exception) -> None:
         self.partial_errors += 1
@@ -217,28 +252,31 @@ class NetSource:
 
     # -- Source protocol
     def read(self) -> list[Reading]:
-        stats = {k: v for k, v in self._stats().items() if selected(k, self.include, self.exclude)}
+        stats = {k: v for k, v in self._stats().items() if self._selected(k)}
         out: list[Reading] = []
-        for iface, row in sorted(stats.items()):
-            for spec, column, _stem in _COUNTERS:
-                for direction, prefix in _DIRECTIONS:
-                    raw = row.get(f"{prefix}_{column}")
-                    if raw is None:
-                        continue
-                    key = (iface, spec.name, direction)
-                    total, status = self._counters.update(key, raw)
-                    if status == "reset":
-                        self.resets += 1
-                        if iface in self._present:  # a reappearing interface starts at 0: fine
-                            self.partial_errors += 1
-                    out.append(Reading(spec, float(total), {names.IFACE: iface, names.DIRECTION: direction}))
+        add, update = out.append, self._counters.update
+        for iface in sorted(stats):
+            row = stats[iface]
+            counters_, limit = self._plan(iface)
+            for index, key, spec, attrs in counters_:
+                raw = row[index]
+                if raw is None:
+                    continue
+                total, status = update(key, raw)
+                if status == "reset":
+                    self.resets += 1
+                    if iface in self._present:  # a reappearing interface starts at 0: fine
+                        self.partial_errors += 1
+                add(Reading(spec, float(total), attrs))
             speed = self._speed(iface)
             if speed is not None:
-                out.append(Reading(names.NET_LIMIT, speed, {
-                    names.HW_ID: iface, names.HW_TYPE: "network", names.IFACE: iface}))
-        self._present = set(stats)
-        for gone in set(self._speeds) - self._present:
-            del self._speeds[gone]
+                add(Reading(names.NET_LIMIT, speed, limit))
+        if stats.keys() != self._present:
+            self._present = set(stats)
+            for gone in set(self._speeds) - self._present:
+                del self._speeds[gone]
+            for gone in set(self._plans) - self._present:
+                del self._plans[gone]
         return out
 
     def describe(self) -> dict:
