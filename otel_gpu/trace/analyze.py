@@ -1,7 +1,6 @@
 """Run every analysis over a trace set and collect one result document (plain dicts/lists)."""
 from __future__ import annotations
 
-import math
 import sys
 from dataclasses import dataclass, field
 from functools import partial
@@ -11,10 +10,11 @@ import numpy as np
 from . import (annotations, aten_ops, breakdown, call_stack, counters, critical_path, idle, kernel_sequences, launch,
                rank_csv, stragglers)
 from .findings import Thresholds, check_rank, finish_checks, thresholds_dict
+from .csv_text import columns, json_value, rows_text
 from .grouping import group_findings
 from .model import TraceSet
 from .rank_pool import fork_map
-from .steps import cross_rank_summary
+from .steps import cross_rank_summary, rank_steps
 
 
 @dataclass
@@ -64,28 +64,34 @@ def _kernel_sequences(views, opts: Options, notes: list[str]) -> list[dict]:
     return rows
 
 
-def _one_rank(v, opts: Options) -> dict:
-    """Everything computed from one rank alone (run in a worker process when there are several)."""
+def _one_rank(v, opts: Options, many: bool = True) -> dict:
+    """Everything computed from one rank alone (run in a worker process when there are several);
+    ``many``: the set has several ranks (the straggler analysis runs)."""
     try:
-        return _rank_results(v, opts)
+        return _rank_results(v, opts, many)
     finally:
         v.clear_cache()   # what the analyses shared is not kept with the rank
 
 
-def _rank_results(v, opts: Options) -> dict:
+def _rank_results(v, opts: Options, many: bool) -> dict:
     temporal = breakdown.temporal_breakdown(v)
     idle_rows, idle_stats = idle.idle_time_breakdown(v, opts.consecutive_kernel_delay)
     pairs = launch.launch_pairs(v)
     instances = aten_ops.aten_op_instances(aten_ops.aten_op_launches(v))
     groups = aten_ops.group_instances(instances)
+    aten_rows = [{"rank": v.rank, **row} for row in aten_ops.summarize_groups(groups)]
     return {
         "temporal": temporal, "idle": idle_rows, "idle_stats": idle_stats,
+        "kernels": breakdown.rank_kernel_breakdown(v, opts.num_kernels, opts.duration_ratio,
+                                                   opts.include_memory_kernels),
         "overlap": breakdown.comm_comp_overlap(v),
+        "stragglers": stragglers.rank_part(v) if many else None, "steps": rank_steps(v),
         "launch": {"rank": v.rank, **launch.launch_summary(pairs, opts.runtime_cutoff, opts.launch_delay_cutoff)},
         "has_pairs": bool(pairs["correlation"].size), "csv": rank_csv.rank_files(v, _for_csv(pairs)),
         "queue": counters.queue_length_summary(v), "blocked": counters.blocked_on_full_queue(v, opts.max_queue_length),
         "membw": counters.memory_bw_summary(v),
-        "aten": [{"rank": v.rank, **row} for row in aten_ops.summarize_groups(groups)],
+        "aten": aten_rows,
+        "aten_csv": (columns(aten_rows), rank_csv.pack(rows_text(aten_rows, columns(aten_rows)))),
         # delays as float64 arrays: 8 bytes a launch instead of a float object and a list slot
         "aten_groups": {k: (np.array(d[0], dtype=np.float64), np.array(d[1], dtype=np.float64))
                         for k, d in groups.items()},
@@ -98,10 +104,15 @@ def _rank_results(v, opts: Options) -> dict:
 
 def _share_strings(p: dict) -> dict:
     """One rank's result with its op and kernel-sequence names interned: every rank's result comes
-    back from a worker with its own copies of the same long names; interned, the ranks share them."""
+    back from a worker with its own copies of the same long names; interned, the ranks share them
+    (top-kernel names too)."""
     intern = sys.intern
-    p["aten"] = [{k: intern(x) if type(x) is str else x for k, x in row.items()} for row in p["aten"]]
+    for row in p["aten"]:
+        row["aten_op_name"] = intern(row["aten_op_name"])
+        row["kernel_sequence"] = intern(row["kernel_sequence"])
     p["aten_groups"] = {(intern(op), intern(seq)): d for (op, seq), d in p["aten_groups"].items()}
+    for row in p["kernels"][1]:
+        row["name"] = intern(row["name"])
     return p
 
 
@@ -116,10 +127,12 @@ def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None) 
     notes = list(ts.notes)
     if jobs is None and sum(len(v.rows) for v in views) < PARALLEL_MIN_ROWS:
         jobs = 1
-    per = fork_map(partial(_one_rank, opts=opts), views, jobs, post=_share_strings)
+    # np.unique imports numpy.ma on its first call (numpy 2): once here, before the workers fork,
+    # rather than once in each worker and again in this process
+    import numpy.ma  # noqa: F401
+    per = fork_map(partial(_one_rank, opts=opts, many=len(views) > 1), views, jobs, post=_share_strings)
     temporal = {v.rank: p["temporal"] for v, p in zip(views, per)}
-    types, kernels = breakdown.kernel_breakdown(views, opts.num_kernels, opts.duration_ratio,
-                                                opts.include_memory_kernels)
+    types, kernels = breakdown.combine_kernel_breakdowns([p["kernels"] for p in per])
     idle_rows = [r for p in per for r in p["idle"]]
     idle_stats = [r for p in per for r in p["idle_stats"]]
     overlap = [p["overlap"] for p in per]
@@ -144,9 +157,9 @@ def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None) 
     pooled = {k: (np.concatenate(a), np.concatenate(b)) for k, (a, b) in pooled.items()}
     aten_all = aten_ops.summarize_groups(pooled)
     paths = [p["critical_path"] for p in per] if opts.critical_path else []
-    potential = stragglers.potential_stragglers(views, opts.straggler_candidates) if len(views) > 1 else \
+    potential = stragglers.combine([p["stragglers"] for p in per], opts.straggler_candidates) if len(views) > 1 else \
         {"ranks": [], "counts": {}, "error": "one rank"}
-    cross = cross_rank_summary(views, [t for t in temporal.values() if t])
+    cross = cross_rank_summary(views, [t for t in temporal.values() if t], [p["steps"] for p in per])
     checks = finish_checks([c for p in per for c in p["checks"]], views)
     findings = group_findings(checks, opts.thresholds)
     sequences = {}
@@ -184,32 +197,10 @@ def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None) 
         "thresholds": thresholds_dict(opts.thresholds),
         "_views": views,
         "_rank_csv": [p["csv"] for p in per],  # per-rank time-series and launch-pair CSVs, compressed
+        "_aten_csv": [p["aten_csv"] for p in per],  # each rank's aten_op_kernels.csv lines: (columns, compressed)
     }
-
-
-_PLAIN = (str, int, bool, type(None))
 
 
 def jsonable(doc: dict) -> dict:
     """The document without private keys, NaN as None (strict JSON)."""
-    def clean(x):
-        t = type(x)
-        if t in _PLAIN:
-            return x
-        if t is float:
-            return x if math.isfinite(x) else None
-        if t is dict:
-            return {k: clean(v) for k, v in x.items()
-                    if not (k[:1] == "_" if type(k) is str else str(k).startswith("_"))}
-        if t is list or t is tuple:
-            return [clean(v) for v in x]
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items() if not str(k).startswith("_")}
-        if isinstance(x, (list, tuple)):
-            return [clean(v) for v in x]
-        if isinstance(x, (float, np.floating)):
-            return None if np.isnan(x) or np.isinf(x) else float(x)
-        if isinstance(x, np.integer):
-            return int(x)
-        return x
-    return clean(doc)
+    return json_value(doc)

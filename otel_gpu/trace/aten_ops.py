@@ -23,7 +23,7 @@ import sys
 import numpy as np
 
 from .breakdown import sort_desc
-from .model import RankView
+from .model import RankView, id_in
 
 LAUNCH_RE = re.compile(r"(cuda.*LaunchKernel)|(cuLaunchKernel)|(^runFunction)")
 
@@ -69,8 +69,8 @@ def aten_op_launches(v: RankView) -> list[dict]:
     names = ev.names
     aten_ids = [i for i, n in enumerate(names) if n.startswith("aten::")]
     launch_ids = [i for i, n in enumerate(names) if LAUNCH_RE.match(n)]
-    ops = rows[np.isin(ev.name[rows], aten_ids)]
-    launches = rows[np.isin(ev.name[rows], launch_ids)]
+    ops = rows[id_in(ev, ev.name[rows], aten_ids)]
+    launches = rows[id_in(ev, ev.name[rows], launch_ids)]
     if not len(ops) or not len(launches):
         return []
     op_start = ev.ts[ops].astype(np.float64)

@@ -148,24 +148,31 @@ def _instances(stats: list[tuple]) -> dict:
             "kernel_max": max(s[2] for s in stats), "kernel_min": min(s[3] for s in stats)}
 
 
-def kernel_breakdown(views: list[RankView], num_kernels: int = 10, duration_ratio: float = 0.8,
-                     include_memory: bool = True) -> tuple[list[dict], list[dict]]:
-    """(time per kernel type over all ranks with %, top kernels per rank and type)."""
+def rank_kernel_breakdown(v: RankView, num_kernels: int = 10, duration_ratio: float = 0.8,
+                          include_memory: bool = True) -> tuple[dict[str, float], list[dict]]:
+    """One rank's part of ``kernel_breakdown``: (GPU time per kernel type label, top kernels per type)."""
     types = TYPES_ANALYSED if include_memory else TYPES_ANALYSED[:2]
+    k = gpu_kernels(v)
+    if not include_memory:
+        keep = k["type"] != MEMORY
+        k = {key: val[keep] for key, val in k.items()}
+    kernels: list[dict] = []
+    for t in types:
+        m = k["type"] == t
+        for row in aggregate_by_name(v.names, k["name"][m], k["dur"][m], num_kernels, duration_ratio):
+            row.update(kernel_type=t, rank=v.rank)
+            kernels.append(row)
+    return _type_overlap_time(k), kernels
+
+
+def combine_kernel_breakdowns(per_rank: list[tuple[dict[str, float], list[dict]]]) -> tuple[list[dict], list[dict]]:
+    """The ranks' ``rank_kernel_breakdown`` results (in rank order) as ``kernel_breakdown``'s tables."""
     by_type: dict[str, float] = {}
     kernels: list[dict] = []
-    for v in views:
-        k = gpu_kernels(v)
-        if not include_memory:
-            keep = k["type"] != MEMORY
-            k = {key: val[keep] for key, val in k.items()}
-        for label, t in _type_overlap_time(k).items():
+    for times, rows in per_rank:
+        for label, t in times.items():
             by_type[label] = by_type.get(label, 0) + t
-        for t in types:
-            m = k["type"] == t
-            for row in aggregate_by_name(v.names, k["name"][m], k["dur"][m], num_kernels, duration_ratio):
-                row.update(kernel_type=t, rank=v.rank)
-                kernels.append(row)
+        kernels += rows
     labels = sorted(by_type)
     sums = np.array([by_type[lb] for lb in labels], dtype=np.float64)
     total = sums.sum()
@@ -174,6 +181,13 @@ def kernel_breakdown(views: list[RankView], num_kernels: int = 10, duration_rati
                  for i in sort_desc(sums)]
     kernels.sort(key=lambda r: (r["kernel_type"], r["name"], r["rank"]))
     return type_rows, kernels
+
+
+def kernel_breakdown(views: list[RankView], num_kernels: int = 10, duration_ratio: float = 0.8,
+                     include_memory: bool = True) -> tuple[list[dict], list[dict]]:
+    """(time per kernel type over all ranks with %, top kernels per rank and type)."""
+    return combine_kernel_breakdowns([rank_kernel_breakdown(v, num_kernels, duration_ratio, include_memory)
+                                      for v in views])
 
 
 def comm_comp_overlap(v: RankView) -> dict:

@@ -189,12 +189,12 @@ def register(sub) -> None:
     d.set_defaults(func=run_diff)
 
 
-def _load(path: str, ranks=None, include_last_step: bool = False, jobs: int | None = None):
+def _load(path: str, ranks=None, include_last_step: bool = False, jobs: int | None = None, meanwhile=None):
     from .model import load_set  # numpy-based modules are imported when the command runs
     from .parse import TraceFormatError
 
     try:
-        return load_set(path, ranks, include_last_step, jobs)
+        return load_set(path, ranks, include_last_step, jobs, meanwhile)
     except TraceFormatError as exc:
         raise UsageError(str(exc)) from None
 
@@ -224,14 +224,22 @@ def _console():
     return console()
 
 
-def run_analyze(args) -> int:
-    from .analyze import Options, analyze
-    from .report import csv_files, render_analysis, render_findings
+def _import_analysis() -> None:
+    """Import what the analyses and the output need: run while worker processes read the traces."""
+    import rich.console  # noqa: F401
 
+    from . import analyze, report  # noqa: F401
+
+
+def run_analyze(args) -> int:
     inputs = input_files(args.dir)
     check_outputs(args.json_out, args.csv_dir, inputs)
     if not args.kernel_sequences and (args.min_pattern_len is not None or args.top_k is not None):
         raise UsageError("--min-pattern-len and --top-k need --kernel-sequences OP")
+    ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs, meanwhile=_import_analysis)
+    from .analyze import Options, analyze
+    from .report import csv_files, render_analysis, render_findings
+
     opts = Options(num_kernels=args.num_kernels, duration_ratio=args.duration_ratio,
                    consecutive_kernel_delay=args.kernel_delay, runtime_cutoff=args.runtime_cutoff,
                    launch_delay_cutoff=args.launch_delay_cutoff,
@@ -241,7 +249,6 @@ def run_analyze(args) -> int:
                    critical_path_instance=args.critical_path_step)
     opts.thresholds.runtime_cutoff_us = args.runtime_cutoff
     opts.thresholds.min_time_share_pct = args.min_impact
-    ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs)
     doc = analyze(ts, opts, args.jobs)
     if not _write(args, doc, csv_files(doc) if args.csv_dir else None, inputs):
         return 1

@@ -15,7 +15,7 @@ import numpy as np
 
 from .breakdown import gpu_kernels
 from .idle import STAT_COLUMNS
-from .model import MEMORY, RankView
+from .model import MEMORY, RankView, id_in
 
 LAUNCH_CALLS = ("cudaMemsetAsync", "cudaMemcpyAsync", "cudaLaunchKernel", "cudaLaunchKernelExC",
                 "cuLaunchKernel", "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel",
@@ -54,7 +54,7 @@ def _queue_changes(v: RankView) -> dict[int, tuple[np.ndarray, np.ndarray, np.nd
 
 def _compute_queue_changes(v: RankView) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     ev, rows = v.ev, v.rows
-    calls = rows[np.isin(ev.name[rows], v.symbol_ids(LAUNCH_CALLS)) & (v.index_correlation[rows] > 0)]
+    calls = rows[id_in(ev, ev.name[rows], v.symbol_ids(LAUNCH_CALLS)) & (v.index_correlation[rows] > 0)]
     gpu = rows[ev.stream[rows] != -1]
     # left join of the calls on the GPU events by correlation (a call can match several GPU rows)
     gcorr = ev.correlation[gpu]

@@ -17,7 +17,7 @@ from .counters import queue_length_at_events, queue_length_series
 from .idle_causes import (ALLOC_CALLS, CAUSES, attribute_idle, idle_cause_summary, overlap, partner_rows,
                           where_in_step)
 from .launch import launch_pairs
-from .model import COMMUNICATION, COMPUTATION, RankView
+from .model import COMMUNICATION, COMPUTATION, RankView, id_in
 from .run_features import launch_bound_fix, run_features
 from .steps import step_of, step_windows
 from .sync_calls import RUNTIME_SYNC, classify_syncs, scopes_of  # noqa: F401 (RUNTIME_SYNC re-exported)
@@ -183,7 +183,7 @@ class _Checker:
 
     def rows_named(self, names, rows: np.ndarray | None = None) -> np.ndarray:
         rows = self.v.rows if rows is None else rows
-        return rows[np.isin(self.v.ev.name[rows], self.v.symbol_ids(names))]
+        return rows[id_in(self.v.ev, self.v.ev.name[rows], self.v.symbol_ids(names))]
 
     def names_of(self, rows: np.ndarray) -> list[list]:
         return _names_of(self.v, rows)
@@ -349,7 +349,7 @@ class _Checker:
         """Pageable H2D copies; those the GPU waited for (a gap ends where the copy starts) are on the
         step's critical path, and the idle in gaps that began inside a host-to-device copy call is linked."""
         ids = [i for i, n in enumerate(self.v.names) if "HtoD" in n and "Pageable" in n]
-        rows = self.v.rows[np.isin(self.v.ev.name[self.v.rows], ids) & (self.v.ev.stream[self.v.rows] >= 0)]
+        rows = self.v.rows[id_in(self.v.ev, self.v.ev.name[self.v.rows], ids) & (self.v.ev.stream[self.v.rows] >= 0)]
         calls = partner_rows(self.v, rows)
         calls = calls[calls >= 0]
         c0, c1 = merge_intervals(*self.intervals(calls))

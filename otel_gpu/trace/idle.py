@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import RankView
+from .model import RankView, id_in
 
 KERNEL_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events")
 CATEGORIES = ("host_wait", "kernel_wait", "other")
@@ -49,7 +49,7 @@ def idle_time_breakdown(v: RankView, consecutive_kernel_delay: float = 30,
     """(idle time per stream and category with ratio, interval statistics per stream and category)."""
     ev = v.ev
     cat_ids = v.symbol_ids(KERNEL_CATS)
-    rows = v.rows[(ev.stream[v.rows] != -1) & np.isin(ev.cat[v.rows], cat_ids)]
+    rows = v.rows[(ev.stream[v.rows] != -1) & id_in(ev, ev.cat[v.rows], cat_ids)]
     if streams is None or len(streams) == 0:
         _, first = np.unique(ev.stream[rows], return_index=True)
         streams = ev.stream[rows][np.sort(first)].tolist()
@@ -78,7 +78,7 @@ def idle_time_breakdown(v: RankView, consecutive_kernel_delay: float = 30,
                               "idle_time": round(sums[c], 2), "idle_time_ratio": _round2(ratio)})
             st = _describe(gap[cat == c])
             stats.append({"idle_category": CATEGORIES[c], "rank": v.rank, "stream": int(stream),
-                          **{k: _round2(val) for k, val in st.items()}})
+                          **dict(zip(st, np.round(np.array(list(st.values()), dtype=np.float64), 2).tolist()))})
     return breakdown, stats
 
 

@@ -18,13 +18,21 @@ MEMORY_LAUNCH_NAMES = ("cudaMemcpyAsync", "cudaMemsetAsync")
 
 def launch_pairs(v: RankView, include_memory_events: bool = True) -> dict[str, np.ndarray]:
     """Per launch/kernel pair (in HTA's row order): correlation, cpu/gpu duration, launch delay,
-    and the rows of both events."""
+    and the rows of both events. Computed once per rank until ``v.clear_cache()`` (the launch
+    statistics and the findings both read it; callers must not modify it)."""
+    return v.cached(f"launch_pairs:{include_memory_events}", lambda: _launch_pairs(v, include_memory_events))
+
+
+def _launch_pairs(v: RankView, include_memory_events: bool) -> dict[str, np.ndarray]:
     ev = v.ev
     wanted = LAUNCH_NAMES + (MEMORY_LAUNCH_NAMES if include_memory_events else ())
     ids = v.symbol_ids(wanted)
     rows = v.rows
-    corr_set = np.unique(ev.correlation[rows[np.isin(ev.name[rows], ids)]])
-    in_set = np.isin(ev.correlation[rows], corr_set)
+    names = ev.name[rows]
+    is_launch = np.zeros(len(ev.names) + 1, dtype=bool)   # a look-up by name id (np.isin sorts)
+    is_launch[ids] = True
+    corr_set = np.unique(ev.correlation[rows[is_launch[names]]])
+    in_set = _member(ev.correlation[rows], corr_set)
     stream = ev.stream[rows]
     cpu = rows[in_set & (stream == -1)]
     gpu = rows[in_set & (stream != -1)]
@@ -45,6 +53,14 @@ def launch_pairs(v: RankView, include_memory_events: bool = True) -> dict[str, n
     return {"correlation": ev.correlation[left], "cpu_duration": cpu_dur,
             "gpu_duration": ev.dur[right], "launch_delay": np.clip(delay, 0, None),
             "cpu_rows": left, "gpu_rows": right}
+
+
+def _member(x: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    """``np.isin(x, sorted_set)`` for a sorted array of distinct values, by binary search."""
+    if len(sorted_set) == 0:
+        return np.zeros(len(x), dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_set, x), len(sorted_set) - 1)
+    return sorted_set[pos] == x
 
 
 def launch_summary(pairs: dict[str, np.ndarray], runtime_cutoff: float = 50,

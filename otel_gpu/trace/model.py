@@ -22,6 +22,7 @@ import numpy as np
 from ..words import count, noun
 from .listing import list_traces
 from .parse import RankEvents, TraceFormatError, describe_counts, read_trace
+from .rank_pool import frozen_heap
 
 COMMUNICATION, MEMORY, COMPUTATION, OTHER = "COMMUNICATION", "MEMORY", "COMPUTATION", "OTHER"
 _COMM_RE = re.compile(r"^nccl.*Kernel")
@@ -97,6 +98,14 @@ class RankView:
             self._ids = {n: i for i, n in enumerate(self.ev.names)}
         ids = self._ids
         return np.array(sorted({ids[n] for n in wanted if n in ids}), dtype=np.int32)
+
+
+def id_in(ev: RankEvents, codes: np.ndarray, ids) -> np.ndarray:
+    """``np.isin(codes, ids)`` for symbol ids of ``ev`` (name or category codes), by a look-up
+    table indexed by id: a few microseconds where np.isin costs tens."""
+    table = np.zeros(len(ev.names), dtype=bool)
+    table[np.asarray(ids, dtype=np.intp)] = True
+    return table[codes]
 
 
 @dataclass
@@ -176,24 +185,31 @@ def find_trace_files(directory: str) -> tuple[list[str], list[str]]:
 PARALLEL_MIN_BYTES = 1 << 20  # files on disk; below this one process reads everything
 
 
-def _read_all(paths: list[str], jobs: int | None) -> list[RankEvents]:
-    """Read files, in worker processes (fork) when there are several files and cores."""
+def _read_all(paths: list[str], jobs: int | None, meanwhile=None) -> list[RankEvents]:
+    """Read files, in worker processes (fork) when there are several files and cores; ``meanwhile()``
+    (optional) runs in this process while they read."""
     if jobs is None:  # worker processes pay off only beyond a few MB of traces
         big = sum(os.path.getsize(p) for p in paths) > PARALLEL_MIN_BYTES
         jobs = (os.cpu_count() or 1) if big else 1
     jobs = min(len(paths), jobs)
     if jobs <= 1 or "fork" not in mp.get_all_start_methods():
+        if meanwhile is not None:
+            meanwhile()
         return [read_trace(p) for p in paths]
-    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
-        return list(pool.map(read_trace, paths))
+    with frozen_heap(), ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+        got = pool.map(read_trace, paths)   # every file handed out at once; results in order
+        if meanwhile is not None:
+            meanwhile()
+        return list(got)
 
 
-def load_events(paths: list[str], jobs: int | None = None) -> tuple[dict[int, RankEvents], list[str]]:
+def load_events(paths: list[str], jobs: int | None = None,
+                meanwhile=None) -> tuple[dict[int, RankEvents], list[str]]:
     """Read every file (``jobs`` processes, default one per core); rank from the file (HTA's rule),
     a later file wins on a duplicate rank."""
     out: dict[int, RankEvents] = {}
     notes: list[str] = []
-    for ev in _read_all(paths, jobs):
+    for ev in _read_all(paths, jobs, meanwhile):
         ev.names = [sys.intern(n) for n in ev.names]  # ranks share their kernel and op names
         p = ev.path
         if ev.dropped:
@@ -254,10 +270,11 @@ def _rank_list(ranks: list[int], shown: int = 8) -> str:
 
 
 def load_set(directory: str, ranks: list[int] | None = None, include_last_step: bool = False,
-             jobs: int | None = None) -> TraceSet:
-    """Read and filter a folder of per-rank traces (optionally only some ranks)."""
+             jobs: int | None = None, meanwhile=None) -> TraceSet:
+    """Read and filter a folder of per-rank traces (optionally only some ranks); ``meanwhile()``
+    (optional) runs while worker processes read the files."""
     files, skipped = find_trace_files(directory)
-    events, notes = load_events(files, jobs)
+    events, notes = load_events(files, jobs, meanwhile)
     notes = skipped + notes
     if ranks:
         missing = sorted(set(ranks) - set(events))

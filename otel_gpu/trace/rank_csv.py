@@ -22,11 +22,9 @@ def series_csv(columns: tuple[str, ...], rows) -> str:
 
 def pairs_csv(pairs: dict) -> str:
     """Every launch paired with its GPU event: correlation, cpu/gpu duration, launch delay (us)."""
-    buf = io.StringIO()
-    buf.write(",".join(PAIR_COLUMNS) + "\n")
-    for vals in zip(*(pairs[c].tolist() for c in PAIR_COLUMNS)):
-        buf.write(",".join(repr(x) for x in vals) + "\n")
-    return buf.getvalue()
+    lines = map(",".join, zip(*(map(repr, pairs[c].tolist()) for c in PAIR_COLUMNS)))  # C-level loops
+    body = "\n".join(lines)
+    return ",".join(PAIR_COLUMNS) + "\n" + (body + "\n" if body else "")
 
 
 def rank_files(v, pairs: dict) -> dict[str, list[tuple[str, bytes]]]:

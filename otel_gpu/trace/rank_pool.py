@@ -7,9 +7,11 @@ in this process: the results are the same either way.
 """
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from typing import Callable, Sequence, TypeVar
 
 T = TypeVar("T")
@@ -35,11 +37,22 @@ def fork_map(fn: Callable[[T], R], items: Sequence[T], jobs: int | None = None,
         return [post(fn(x)) for x in items]  # (a worker never forks workers of its own)
     _shared["call"] = (fn, items)
     try:
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+        with frozen_heap(), ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
             # small chunks: ranks differ in size, and the last ones should not wait on one worker
             return [post(r) for r in pool.map(_call, range(len(items)), chunksize=max(1, len(items) // (4 * jobs)))]
     finally:
         _shared.clear()
+
+
+@contextmanager
+def frozen_heap():
+    """The objects that exist now left out of garbage collection while the block runs (gc.freeze):
+    a forked worker's full collections then do not walk, and so copy, the parent's whole heap."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def _same(x):

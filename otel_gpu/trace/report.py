@@ -1,8 +1,6 @@
 """Output of trace results: rich tables for the terminal, JSON and CSV files written atomically."""
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
 import re
@@ -14,6 +12,7 @@ from rich.markup import escape
 from .. import output, words
 from . import rank_csv
 from .analyze import jsonable
+from .csv_text import csv_pieces as _csv_pieces, joined_pieces
 from .grouping import rank_ranges
 
 # CSV file -> document key; file names follow HTA's outputs where there is one
@@ -42,31 +41,16 @@ def _csv_text(rows: list[dict]) -> str:
     return "".join(_csv_pieces(rows))
 
 
-def _csv_pieces(rows: list[dict], size: int = 1 << 18):
-    """CSV of a table's rows in pieces of about ``size`` characters (only one in memory at a time),
-    each row made JSON-clean (``jsonable``) as it is written; columns in first-seen order, private
-    (``_``) keys left out."""
-    buf = io.StringIO()
-    if rows:
-        cols = list(dict.fromkeys(k for r in rows for k in r if not str(k).startswith("_")))
-        w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in jsonable(r).items()})
-            if buf.tell() >= size:
-                yield buf.getvalue()
-                buf.seek(0)
-                buf.truncate()
-    yield buf.getvalue()
-
-
 def csv_files(doc: dict):
     """(file name, CSV) for each table of an analysis document, made as it is written: the CSV is
     its text in pieces (an iterator of str) or its UTF-8 bytes; join them for the whole text."""
     for name, key in CSV_TABLES.items():
         if key == "kernel_sequences" and key not in doc:
             continue
-        yield name, _csv_pieces(doc.get(key) or [])
+        made = None   # the ATen-op table's lines were made with each rank's analysis
+        if key == "aten_op_kernels" and "_aten_csv" in doc:
+            made = joined_pieces(doc["_aten_csv"], lambda packed: rank_csv.unpack(packed).decode("utf-8"))
+        yield name, made if made is not None else _csv_pieces(doc.get(key) or [])
     yield "steps.csv", _csv_pieces(doc["cross_rank"]["steps"])
     ps = doc.get("potential_stragglers") or {}
     yield "potential_stragglers.csv", _csv_text([{"rank": int(r), "steps_flagged": n,

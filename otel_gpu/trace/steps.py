@@ -13,7 +13,7 @@ import numpy as np
 
 from .breakdown import gpu_kernels, merge_intervals
 from .idle import runtime_ts
-from .model import COMMUNICATION, SYNC_EVENT_NAMES, RankView
+from .model import COMMUNICATION, SYNC_EVENT_NAMES, RankView, id_in
 
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
@@ -27,9 +27,9 @@ def step_windows(v: RankView, all_events: bool = True) -> list[tuple[int, float,
         return []
     rows = np.arange(len(ev)) if all_events else v.rows
     is_gpu = (ev.stream[rows] >= 0) & (ev.correlation[rows] >= 0)
-    cpu_cat_gpu = np.isin(ev.cat[rows], [i for i, n in enumerate(ev.names) if n == "gpu_user_annotation"])
-    sync = np.isin(ev.name[rows], [i for i, n in enumerate(ev.names) if n in SYNC_EVENT_NAMES])
-    rows = rows[np.isin(ev.name[rows], list(ids)) & ~is_gpu & ~cpu_cat_gpu & ~sync]
+    cpu_cat_gpu = id_in(ev, ev.cat[rows], [i for i, n in enumerate(ev.names) if n == "gpu_user_annotation"])
+    sync = id_in(ev, ev.name[rows], [i for i, n in enumerate(ev.names) if n in SYNC_EVENT_NAMES])
+    rows = rows[id_in(ev, ev.name[rows], list(ids)) & ~is_gpu & ~cpu_cat_gpu & ~sync]
     out = {}
     for r in rows.tolist():
         step = ids[int(ev.name[r])]
@@ -78,7 +78,7 @@ def comm_time_per_step(v: RankView, windows: list[tuple[int, float, float]]) -> 
         return out
     ev = v.ev
     ids = [i for i, n in enumerate(ev.names) if _COMM_OP_RE.search(n)]
-    rows = v.rows[np.isin(ev.name[v.rows], ids) & (ev.stream[v.rows] == -1)]
+    rows = v.rows[id_in(ev, ev.name[v.rows], ids) & (ev.stream[v.rows] == -1)]
     ts = (ev.ts[rows] - v.ts0).astype(np.float64)
     end = ts + np.maximum(ev.dur[rows], 0)
     for num, w0, w1 in windows:
@@ -87,20 +87,25 @@ def comm_time_per_step(v: RankView, windows: list[tuple[int, float, float]]) -> 
     return out
 
 
-def cross_rank_summary(views: list[RankView], temporal: list[dict]) -> dict:
+def rank_steps(v: RankView) -> dict[int, dict]:
+    """One rank's steps: {step: {"step_us", "comm_us", "busy_us"}} (us)."""
+    w = step_windows(v)
+    comm = comm_time_per_step(v, w)
+    return {n: {"step_us": b - a, "comm_us": comm[n], "busy_us": max(0.0, (b - a) - comm[n])} for n, a, b in w}
+
+
+def cross_rank_summary(views: list[RankView], temporal: list[dict], steps_of: list[dict] | None = None) -> dict:
     """Per-step times per rank and the straggler of each step.
 
     Ranks of a synchronous job finish a step together: the others wait for the slowest inside
     collectives. So the straggler of a step is the rank with the most *busy* time (step time
     minus communication time, us); ``excess_us`` is its busy time minus the median rank's and
-    ``imbalance_pct`` is 100 * (max - mean) / mean of busy time.
+    ``imbalance_pct`` is 100 * (max - mean) / mean of busy time. ``steps_of``: the views'
+    ``rank_steps`` when already computed (in the views' order).
     """
     per_rank: dict[int, dict[int, dict]] = {}
-    for v in views:
-        w = step_windows(v)
-        comm = comm_time_per_step(v, w)
-        per_rank[v.rank] = {n: {"step_us": b - a, "comm_us": comm[n], "busy_us": max(0.0, (b - a) - comm[n])}
-                            for n, a, b in w}
+    for i, v in enumerate(views):
+        per_rank[v.rank] = rank_steps(v) if steps_of is None else steps_of[i]
     steps = sorted({s_ for d in per_rank.values() for s_ in d})
     rows = []
     for s_ in steps:

@@ -15,7 +15,7 @@ import re
 import numpy as np
 
 from .breakdown import sort_desc
-from .model import RankView
+from .model import RankView, id_in
 
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
@@ -50,30 +50,46 @@ def _k_largest(values: np.ndarray, k: int) -> float | None:
     return float(np.sort(values)[::-1][k - 1]) if len(values) >= k else None
 
 
+def rank_part(v: RankView) -> tuple:
+    """What ``combine`` needs of one rank: (rank, step numbers of its ProfilerStep rows, {step:
+    (first start, last end)} of its rows (us from the set's start), its NCCL kernel rows (stream,
+    step, name, ts, dur) in HTA's row order)."""
+    ev, r = v.ev, v.rows
+    it = event_iterations(v)[r]
+    step_ids = [i for i, n in enumerate(ev.names) if n.startswith("ProfilerStep") and _STEP_RE.match(n)]
+    step_its = it[id_in(ev, ev.name[r], step_ids)]
+    t = (ev.ts[r] - v.ts0).astype(np.float64)
+    d = ev.dur[r]
+    spans: dict[int, tuple[float, float]] = {}
+    for x in np.unique(it).tolist():
+        m = it == x
+        spans[x] = (float(t[m].min()), float((t[m] + d[m]).max()))
+    comm_ids = [i for i, n in enumerate(ev.names) if n.startswith("ncclKernel")]
+    c = np.flatnonzero((ev.stream[r] > 0) & (it > 0) & id_in(ev, ev.name[r], comm_ids))
+    names = ev.names
+    return (v.rank, set(step_its[step_its != -1].tolist()), spans,
+            (ev.stream[r][c], it[c], [names[i] for i in ev.name[r][c].tolist()], t[c], d[c]))
+
+
 def potential_stragglers(views: list[RankView], num_candidates: int = 2,
                          min_normalized_duration: float = 0.01) -> dict:
     """``{"ranks": [...], "counts": {rank: steps flagged}, "kernel", "stream", "error"}``;
     ``error`` says why there is no answer (HTA raises in those cases)."""
+    return combine([rank_part(v) for v in views], num_candidates, min_normalized_duration)
+
+
+def combine(parts: list[tuple], num_candidates: int = 2, min_normalized_duration: float = 0.01) -> dict:
+    """``potential_stragglers`` from the ranks' ``rank_part`` results (in rank order)."""
     k = max(1, num_candidates)
-    per_rank = []  # (rank, names, its NCCL kernel rows: stream, step, name id, ts, dur) in HTA's row order
+    per_rank = []  # (rank, its NCCL kernel rows: stream, step, name, ts, dur) in HTA's row order
     spans: dict[int, tuple[float, float]] = {}  # step -> (first start, last end) over all ranks' rows
     available: set[int] = set()  # step numbers of the ProfilerStep rows kept
-    for v in views:  # one rank at a time: only its NCCL kernels are kept
-        ev, r = v.ev, v.rows
-        it = event_iterations(v)[r]
-        step_ids = [i for i, n in enumerate(ev.names) if n.startswith("ProfilerStep") and _STEP_RE.match(n)]
-        step_its = it[np.isin(ev.name[r], step_ids)]
-        available.update(step_its[step_its != -1].tolist())
-        t = (ev.ts[r] - v.ts0).astype(np.float64)
-        d = ev.dur[r]
-        for x in np.unique(it).tolist():
-            m = it == x
-            lo, hi = float(t[m].min()), float((t[m] + d[m]).max())
+    for rank, steps, rank_spans, comm in parts:
+        available.update(steps)
+        for x, (lo, hi) in rank_spans.items():
             old = spans.get(x)
             spans[x] = (lo, hi) if old is None else (min(old[0], lo), max(old[1], hi))
-        comm_ids = [i for i, n in enumerate(ev.names) if n.startswith("ncclKernel")]
-        c = np.flatnonzero((ev.stream[r] > 0) & (it > 0) & np.isin(ev.name[r], comm_ids))
-        per_rank.append((v.rank, ev.names, ev.stream[r][c], it[c], ev.name[r][c], t[c], d[c]))
+        per_rank.append((rank, *comm))
     if not available:
         return {"ranks": [], "counts": {}, "error": "no ProfilerStep in the traces"}
     iters = sorted(x for x in spans if x in available and x != -1)
@@ -83,9 +99,9 @@ def potential_stragglers(views: list[RankView], num_candidates: int = 2,
     min_dur = mean_iter * min_normalized_duration
     wanted = sorted(available)
     last: dict[tuple, tuple[float, float]] = {}  # (rank, stream, iteration, name) -> (ts, dur) of the last row
-    for rank, names, s_, it, n, t, d in per_rank:
+    for rank, s_, it, n, t, d in per_rank:
         for j in np.flatnonzero(np.isin(it, wanted) & (d >= min_dur)).tolist():
-            last[(rank, int(s_[j]), int(it[j]), names[int(n[j])])] = (float(t[j]), float(d[j]))
+            last[(rank, int(s_[j]), int(it[j]), n[j])] = (float(t[j]), float(d[j]))
     if not last:
         return {"ranks": [], "counts": {}, "error": "no NCCL kernel lasting 1% of a step"}
     keys = sorted(last)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .breakdown import merge_intervals
-from .model import RankView
+from .model import RankView, id_in
 from .name_tags import ids_tagged
 
 RUNTIME_SYNC = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
@@ -31,13 +31,13 @@ def cpu_intervals(v: RankView, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def rows_named(v: RankView, names, rows: np.ndarray | None = None) -> np.ndarray:
     """Rows (default: every kept row) whose event name is one of ``names``."""
     rows = v.rows if rows is None else rows
-    return rows[np.isin(v.ev.name[rows], v.symbol_ids(names))]
+    return rows[id_in(v.ev, v.ev.name[rows], v.symbol_ids(names))]
 
 
 def rows_matching(v: RankView, tag: str, cpu_only: bool = True) -> np.ndarray:
     """Kept rows whose name carries ``tag`` (see :mod:`.name_tags`; CPU events only by default)."""
     ids = ids_tagged(v.names, tag)
-    rows = v.rows[np.isin(v.ev.name[v.rows], ids)]
+    rows = v.rows[id_in(v.ev, v.ev.name[v.rows], ids)]
     return rows[v.ev.stream[rows] == -1] if cpu_only else rows
 
 
@@ -70,7 +70,8 @@ def classify_syncs(v: RankView, short_event_us: float = SHORT_EVENT_SYNC_US) -> 
     rows = rows_named(v, RUNTIME_SYNC)
     rows = rows[v.ev.stream[rows] == -1]
     framework = inside_scope(v, rows, rows_matching(v, "framework"))
-    short_event = np.isin(v.ev.name[rows], v.symbol_ids(EVENT_SYNC)) & (v.ev.dur[rows] < short_event_us) & ~framework
+    short_event = (id_in(v.ev, v.ev.name[rows], v.symbol_ids(EVENT_SYNC)) & (v.ev.dur[rows] < short_event_us)
+                   & ~framework)
     return {"rows": rows, "framework": framework, "short_event": short_event, "user": ~framework & ~short_event}
 
 

@@ -1,0 +1,66 @@
+"""csv_text writes, byte for byte, what csv.DictWriter writes of the rows made JSON-clean."""
+import csv
+import io
+import json
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from otel_gpu.trace.analyze import jsonable
+from otel_gpu.trace.csv_text import columns, csv_pieces, joined_pieces, rows_text
+
+
+def reference(rows: list[dict]) -> str:
+    """The plain way: DictWriter over each row made JSON-clean, dicts and lists as JSON text."""
+    buf = io.StringIO()
+    if rows:
+        cols = list(dict.fromkeys(k for r in rows for k in r if not str(k).startswith("_")))
+        w = csv.DictWriter(buf, fieldnames=cols, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: (json.dumps(v) if isinstance(v, (dict, list)) else v) for k, v in jsonable(r).items()})
+    return buf.getvalue()
+
+
+text = st.text(st.sampled_from('ab ,"\n\r\t;é\'x0'), max_size=6)
+scalar = st.one_of(text, st.integers(-10**20, 10**20), st.floats(allow_nan=True, allow_infinity=True),
+                   st.booleans(), st.none(), st.floats(width=32).map(np.float32), st.integers(-5, 5).map(np.int64))
+value = st.one_of(scalar, st.lists(scalar, max_size=3),
+                  st.dictionaries(st.sampled_from(["k", "_p"]), scalar, max_size=2))
+keys = st.sampled_from(["rank", "name", "_private", "a,b", 'q"', "", 3])
+rows = st.lists(st.dictionaries(keys, value, max_size=5), max_size=6)
+
+
+@settings(max_examples=400, deadline=None)
+@given(rows, st.integers(1, 64))
+def test_same_bytes_as_dictwriter(rs, size):
+    assert "".join(csv_pieces(rs, size)) == reference(rs)
+
+
+def test_pieces_bounded():
+    rs = [{"name": "kernel," * 20, "n": i, "x": 0.5} for i in range(2000)]
+    pieces = list(csv_pieces(rs, 4096))
+    assert len(pieces) > 10 and max(map(len, pieces)) < 4096 + 200
+    assert "".join(pieces) == reference(rs)
+
+
+def test_lone_empty_field_quoted_as_csv_does():
+    rs = [{"name": ""}, {"name": "a"}]
+    assert "".join(csv_pieces(rs)) == reference(rs) == 'name\n""\na\n'
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 9), text, scalar).map(
+    lambda t: {"rank": t[0], "name": t[1], "x": t[2]}), max_size=4), max_size=4))
+def test_parts_made_apart_join_to_the_same_bytes(parts):
+    """Each rank's lines made where the rank is analysed, joined under one header: the same file."""
+    made = [(columns(p), rows_text(p, columns(p))) for p in parts]
+    got = joined_pieces(made, lambda t: t)
+    assert got is not None
+    assert "".join(got) == reference([r for p in parts for r in p])
+
+
+def test_parts_with_other_columns_are_not_joined():
+    made = [(columns(p), rows_text(p, columns(p))) for p in ([{"a": 1, "b": 2}], [{"a": 1, "c": 2}])]
+    assert joined_pieces(made, lambda t: t) is None
+    assert joined_pieces([(["a"], "1\n")], lambda t: t) is None   # one column: a lone "" is quoted
