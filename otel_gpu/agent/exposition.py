@@ -4,7 +4,8 @@ Names are the OTLP-to-Prometheus translation (`MetricSpec.prometheus_name()`), t
 a Collector, Prometheus 3's OTLP receiver or VictoriaMetrics produce, so a dashboard or
 rule works on either path. Rendering skips the OTel SDK's per-point aggregation: each
 family is a cached %-template filled in one C-level operation, so a scrape of ~470 series
-(8 GPUs and the host) costs about half a millisecond. No gzip: on a training node CPU is
+(8 GPUs and the host) costs about a quarter of a millisecond, window statistics included
+(bench/bench_scrape.py). No gzip: on a training node CPU is
 scarcer than bytes (level-1 gzip of a 100 KB scrape added ~6% to the agent's CPU).
 """
 from __future__ import annotations
@@ -99,7 +100,7 @@ class Renderer:
                 cached = self._templates[spec.name] = [keys, template, meta, series, None, ""]
             numbers = tuple(map(float, numbers))   # float(): ints, bools, numpy scalars
             if numbers != cached[4]:   # limits, error counts, clock events: mostly unchanged
-                if all(map(isfinite, numbers)):
+                if isfinite(sum(numbers)) or all(map(isfinite, numbers)):   # the sum: one C loop
                     text = cached[1] % numbers
                 else:   # Prometheus spells them NaN, +Inf, -Inf
                     text = cached[2] + "".join(f"{s} {_prometheus_float(v)}\n" for s, v in zip(cached[3], numbers))

@@ -33,7 +33,7 @@ def attrs_key(attributes: Mapping[str, str]) -> Attrs:
 class _Cell:
     """One series: its latest value and, when windowed, the samples of the window and their sum."""
 
-    __slots__ = ("value", "serial", "times", "values", "total", "lo", "hi", "fresh", "stale")
+    __slots__ = ("value", "serial", "times", "values", "total", "lo", "hi", "n_lo", "n_hi", "fresh", "stale")
 
     def __init__(self, windowed: bool):
         self.value = 0.0
@@ -41,9 +41,11 @@ class _Cell:
         self.times: deque | None = deque() if windowed else None
         self.values: deque | None = deque() if windowed else None
         self.total = 0.0
-        # window extremes, kept up to date at export: `fresh` values were appended since, and
-        # `stale` says an extreme may have left the window (then min/max are computed anew)
+        # window extremes, kept up to date at export: `fresh` values were appended since, `n_lo` /
+        # `n_hi` count the older values equal to `lo` / `hi`, and `stale` says the last of them
+        # left the window (then min/max are computed anew)
         self.lo = self.hi = 0.0
+        self.n_lo = self.n_hi = 0
         self.fresh = 0
         self.stale = True
 
@@ -51,10 +53,22 @@ class _Cell:
         times, values = self.times, self.values
         while times and times[0] < oldest:
             times.popleft()
+            older = len(values) > self.fresh   # else it is a fresh value: min/max are computed anew
             v = values.popleft()
             self.total -= v
-            if not self.lo < v < self.hi:   # an extreme (or NaN) left the window
-                self.stale = True
+            if not self.lo < v < self.hi and older:   # an extreme (or NaN) left the window
+                # stale when the last value equal to it left, or a zero (min/max give the first
+                # of 0.0 and -0.0: computed anew, so is its sign), or a NaN
+                if v == self.lo:
+                    self.n_lo -= 1
+                    if not self.n_lo or not v:
+                        self.stale = True
+                if v == self.hi:
+                    self.n_hi -= 1
+                    if not self.n_hi or not v:
+                        self.stale = True
+                if v != v:
+                    self.stale = True
         # restart the running sum exactly whenever one sample is left: rounding error grows by
         # ~1e-16 of the values per sample otherwise (negligible, but not zero)
         if len(values) == 1:
@@ -131,6 +145,9 @@ class Store:
         """Every name's export columns in one pass, cached until the next put (the mean, min
         and max families of one export, and every family of one scrape, share it):
         (values, keys) for plain series, (means, mins, maxs, keys) for windowed ones."""
+        cached = self._columns   # without the lock first: a scrape asks once per family (~60 times)
+        if cached is not None and cached[0] == self._serial and abs(cached[1] - now) < 0.05:
+            return cached[2]     # computed after the last complete put (a put bumps the serial first)
         with self._lock:
             cached = self._columns
             if cached is not None and cached[0] == self._serial and abs(cached[1] - now) < 0.05:
@@ -161,7 +178,21 @@ class Store:
                 means.append(cell.total / len(values))
                 keys.append(key)
                 if extremes:
-                    _extremes(cell, values)
+                    if cell.fresh == 1 and not cell.stale and len(values) > 1:   # _extremes' commonest case
+                        v = values[-1]
+                        if v <= cell.lo:
+                            if v < cell.lo:
+                                cell.lo, cell.n_lo = v, 1
+                            else:
+                                cell.n_lo += 1
+                        if v >= cell.hi:
+                            if v > cell.hi:
+                                cell.hi, cell.n_hi = v, 1
+                            else:
+                                cell.n_hi += 1
+                        cell.fresh = 0
+                    else:
+                        _extremes(cell, values)
                     mins.append(cell.lo)
                     maxs.append(cell.hi)
         return means, mins, maxs, tuple(keys)
@@ -176,15 +207,24 @@ def _extremes(cell: _Cell, values: deque) -> None:
     the values appended since the last time, unless an extreme left the window since."""
     fresh = cell.fresh
     if cell.stale or fresh >= len(values):
-        cell.lo, cell.hi = min(values), max(values)
-        cell.stale = not (isfinite(cell.lo) and isfinite(cell.hi))   # NaN / inf: no shortcut
+        lo, hi = cell.lo, cell.hi = min(values), max(values)
+        cell.stale = not (isfinite(lo) and isfinite(hi))   # NaN / inf: no shortcut
+        if not cell.stale:
+            cell.n_lo = values.count(lo)
+            cell.n_hi = cell.n_lo if hi == lo else values.count(hi)
     elif fresh:
-        lo, hi = cell.lo, cell.hi
+        lo, hi, n_lo, n_hi = cell.lo, cell.hi, cell.n_lo, cell.n_hi
         for i in range(-fresh, 0):
             v = values[i]
-            if v < lo:
-                lo = v
-            if v > hi:
-                hi = v
-        cell.lo, cell.hi = lo, hi
+            if v <= lo:
+                if v < lo:
+                    lo, n_lo = v, 1
+                else:
+                    n_lo += 1
+            if v >= hi:
+                if v > hi:
+                    hi, n_hi = v, 1
+                else:
+                    n_hi += 1
+        cell.lo, cell.hi, cell.n_lo, cell.n_hi = lo, hi, n_lo, n_hi
     cell.fresh = 0
