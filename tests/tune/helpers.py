@@ -48,3 +48,21 @@ def flushing(vm, every_s: float = 0.3):
     finally:
         stop.set()
         thread.join(timeout=5)
+
+
+def schema_ready(db) -> bool:
+    """The study database exists with Optuna's tables (read-only look, creates nothing)."""
+    import sqlite3
+
+    if not db.exists():
+        return False
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"studies", "trials", "trial_user_attributes", "version_info", "alembic_version"} <= names:
+                return False
+            # Optuna stamps the schema's revision last: a reader opening the storage before that stamps it
+            # too, and one of the two inserts fails (UNIQUE constraint on alembic_version)
+            return con.execute("SELECT COUNT(*) FROM alembic_version").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False

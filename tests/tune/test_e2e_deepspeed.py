@@ -18,7 +18,7 @@ from otel_gpu.promql import PromClient
 from otel_gpu.tune import trial as T
 from otel_gpu.tune.study import storage_url
 
-from .helpers import CLI, EXAMPLE, REPO, Z3, clean_env, flushing
+from .helpers import CLI, EXAMPLE, REPO, Z3, clean_env, flushing, schema_ready
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 HANG = "stage3_max_reuse_distance=1234567"
@@ -40,10 +40,10 @@ def _warm_deepspeed_ops() -> None:
 def _wait_running(db, number, timeout=240):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if db.exists():
+        if schema_ready(db):   # never race the tuner's own creation of the tables
             try:
                 trials = optuna.load_study(study_name="z3", storage=storage_url(db)).get_trials(deepcopy=False)
-            except (KeyError, sqlalchemy.exc.OperationalError):   # the tuner is still creating the tables
+            except (KeyError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):   # not there yet
                 trials = []
             if len(trials) > number and trials[number].state == optuna.trial.TrialState.RUNNING \
                     and trials[number].user_attrs.get("pgid"):

@@ -18,7 +18,7 @@ from otel_gpu.tune.space import parse_space
 from otel_gpu.tune import evidence as E
 from otel_gpu.tune.study import Settings, Tuner, storage_url
 
-from .helpers import CLI, REPO, clean_env, copy_base, fake_command, flushing
+from .helpers import CLI, REPO, clean_env, copy_base, fake_command, flushing, schema_ready
 
 FACTS = C.Facts(hidden_size=64, micro_batch=4, grad_accum=1, world_size=2, max_grad_norm=1.0, precision="fp32")
 
@@ -104,27 +104,13 @@ def test_pruning_from_prometheus(victoriametrics, tmp_path):
     assert ev["not_checked"]["sm_activity"] == "not checked: no node agent readings in the window"
 
 
-def _schema_ready(db) -> bool:
-    """The study database exists with Optuna's tables (read-only look, creates nothing)."""
-    import sqlite3
-
-    if not db.exists():
-        return False
-    try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except sqlite3.Error:
-        return False
-    return {"studies", "trials", "trial_user_attributes", "version_info"} <= names
-
-
 def _wait_running(db, number, timeout=60):
     """Wait until trial `number` of study 't' runs with its process group recorded; its attrs."""
     import sqlalchemy.exc
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _schema_ready(db):   # never race the tuner's own creation of the tables
+        if not schema_ready(db):   # never race the tuner's own creation of the tables
             time.sleep(0.2)
             continue
         try:
@@ -133,7 +119,7 @@ def _wait_running(db, number, timeout=60):
             if len(trials) > number and trials[number].state == optuna.trial.TrialState.RUNNING \
                     and trials[number].user_attrs.get("pgid"):
                 return trials[number].user_attrs
-        except (KeyError, sqlalchemy.exc.OperationalError):   # the study or its tables are not there yet
+        except (KeyError, sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError):   # not there yet
             pass
         time.sleep(0.2)
     raise AssertionError(f"trial {number} never started")
