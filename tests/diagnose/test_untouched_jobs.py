@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,9 +104,11 @@ def _needed(items, cases: dict) -> list[str]:
 
 @pytest.fixture(scope="module")
 def runs(request, victoriametrics, tmp_path_factory):
-    """Every scenario the selected tests need, started at once and run one after the other in the
-    background (side by side, two 2-rank jobs on a 2-core machine slow one rank more than the other: a
-    real straggler, which would make the clean runs' truth wrong); `runs(case)` waits for one."""
+    """Every scenario the selected tests need, run one after the other in the background (side by side,
+    two 2-rank jobs on a 2-core machine slow one rank more than the other: a real straggler, which would
+    make the clean runs' truth wrong); `runs(case)` waits for all of them before the first diagnosis, so
+    the tests' own work (decoding profiles, diagnosing) never competes with a job for the 2 cores either
+    (it made one rank of a checkpoint run 3 ms a step slower in backward, a real straggler, in a CI run)."""
     tmp = tmp_path_factory.mktemp("untouched")
     cases = scenarios()
     pool = ThreadPoolExecutor(1)
@@ -114,6 +116,7 @@ def runs(request, victoriametrics, tmp_path_factory):
                for c in _needed(request.session.items, cases)}
 
     def result(case: str) -> Run:
+        wait(futures.values())   # every job done (a failed one raises in its own test, below)
         run = futures[case].result()
         victoriametrics.flush()
         time.sleep(1.0)
