@@ -36,19 +36,13 @@ def explain(report) -> str:
     return "; ".join(rows) + f"; findings {[(f.rule, f.severity, f.title) for f in report.findings]}"
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_evaluation_share_as_measured_and_nothing_else_named(victoriametrics, tmp_path, case):
-    script, flags, counted = CASES[case]
-    if script == "eval_hf.py":
-        pytest.importorskip("transformers", reason="transformers not installed (otel-gpu[train])")
-    pytest.importorskip("torch", reason="torch not installed (pip install 'otel-gpu[train]')")
-    vm = victoriametrics
-    job = f"{case}-{uuid.uuid4().hex[:6]}"
+def run_both_ways(vm, tmp_path, name: str, cmd: list[str]):
+    """Run `cmd` (a torchrun of a job writing truth{rank}.json into tmp_path) under `otel-gpu run`, its
+    bodies going on to VictoriaMetrics too: (truth by rank, the recording's report, the PromQL report)."""
+    job = f"{name}-{uuid.uuid4().hex[:6]}"
     env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"{vm.url}/opentelemetry", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
                     OTEL_METRIC_EXPORT_INTERVAL="500")
-    extra = [str(tmp_path / "out")] if script == "eval_hf.py" else []
-    r = record(tmp_path / "run", torchrun(JOBS / script, str(tmp_path / "truth{rank}.json"), *extra, *flags),
-               "--job", job, "--no-profile", "--no-agent", env=env, cwd=tmp_path, timeout=200)
+    r = record(tmp_path / "run", cmd, "--job", job, "--no-profile", "--no-agent", env=env, cwd=tmp_path, timeout=200)
     assert r.proc.returncode == 0, r.proc.stderr[-3000:]
     truth = {t["rank"]: t for t in (json.loads((tmp_path / f"truth{i}.json").read_text()) for i in range(2))}
     recorded = diagnose_recording([r.directory])
@@ -57,6 +51,18 @@ def test_evaluation_share_as_measured_and_nothing_else_named(victoriametrics, tm
     vm.flush()
     with PromClient(vm.url) as client:
         served = diagnose(client, job, recorded.window.start, recorded.window.end)
+    return truth, recorded, served
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_evaluation_share_as_measured_and_nothing_else_named(victoriametrics, tmp_path, case):
+    script, flags, counted = CASES[case]
+    if script == "eval_hf.py":
+        pytest.importorskip("transformers", reason="transformers not installed (otel-gpu[train])")
+    pytest.importorskip("torch", reason="torch not installed (pip install 'otel-gpu[train]')")
+    extra = [str(tmp_path / "out")] if script == "eval_hf.py" else []
+    truth, recorded, served = run_both_ways(
+        victoriametrics, tmp_path, case, torchrun(JOBS / script, str(tmp_path / "truth{rank}.json"), *extra, *flags))
     shares = {}
     for way, report in (("recording", recorded), ("prometheus", served)):
         [f] = [x for x in report.findings if x.rule == "eval"]

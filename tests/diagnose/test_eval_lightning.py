@@ -7,18 +7,10 @@ check, before the first batch, left out of both), name no straggler and no input
 training batches as trained, each without the validation in it."""
 from __future__ import annotations
 
-import json
-import time
-import uuid
-
 import pytest
 
-from otel_gpu.diagnose import diagnose
-from otel_gpu.promql import PromClient
-from otel_gpu.record.diagnose import diagnose_recording
-from tests.childenv import clean_env
-from tests.diagnose.test_eval_jobs import SHARE_TOLERANCE, explain
-from tests.record.conftest import REPO, record, torchrun
+from tests.diagnose.test_eval_jobs import SHARE_TOLERANCE, explain, run_both_ways
+from tests.record.conftest import REPO, torchrun
 
 pytestmark = pytest.mark.slow
 JOB = REPO / "tests" / "diagnose" / "jobs" / "eval_lightning.py"
@@ -29,23 +21,11 @@ STEPS, EVERY, BATCHES = 260, 110, 40
 
 def test_lightning_validation_share_as_measured_and_nothing_else_named(victoriametrics, tmp_path):
     pytest.importorskip("lightning", reason="lightning not installed (otel-gpu[train])")
-    vm = victoriametrics
-    job = f"lightning-val-{uuid.uuid4().hex[:6]}"
-    env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"{vm.url}/opentelemetry", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
-                    OTEL_METRIC_EXPORT_INTERVAL="500")
     cmd = torchrun(JOB, str(tmp_path / "truth{rank}.json"), str(tmp_path / "out"), "--steps", str(STEPS),
                    "--val-every", str(EVERY), "--val-batches", str(BATCHES), "--sanity", str(BATCHES))
-    r = record(tmp_path / "run", cmd, "--job", job, "--no-profile", "--no-agent", env=env, cwd=tmp_path, timeout=200)
-    assert r.proc.returncode == 0, r.proc.stderr[-3000:]
-    truth = {t["rank"]: t for t in (json.loads((tmp_path / f"truth{i}.json").read_text()) for i in range(2))}
+    truth, recorded, served = run_both_ways(victoriametrics, tmp_path, "lightning-val", cmd)
     for t in truth.values():   # the scenario as meant: two passes mid-epoch, a sanity check before training
         assert t["steps"] == STEPS and t["passes"] == 2 and t["sanity_s"] > 0.3 * t["eval_s"] / t["passes"], t
-    recorded = diagnose_recording([r.directory])
-    vm.flush()
-    time.sleep(1.0)
-    vm.flush()
-    with PromClient(vm.url) as client:
-        served = diagnose(client, job, recorded.window.start, recorded.window.end)
     shares = {}
     for way, report in (("recording", recorded), ("prometheus", served)):
         [f] = [x for x in report.findings if x.rule == "eval"]
