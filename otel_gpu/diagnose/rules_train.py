@@ -24,9 +24,12 @@ def checkpoint(w: Window, th: Thresholds) -> list[Finding]:
     ranks = [r for r in w.ranks if r.phases.get("checkpoint", 0.0) > 0]
     if not ranks:
         return []
-    worst = max(ranks, key=lambda r: r.phases["checkpoint"] / (w.rank_wall_s(r) or 1.0))
+    def saving_s(r) -> float:   # the save's own time and the waits inside it (a sharded save's gathers)
+        return r.phases["checkpoint"] + r.collective_by_phase.get("checkpoint", 0.0)
+
+    worst = max(ranks, key=lambda r: saving_s(r) / (w.rank_wall_s(r) or 1.0))
     wall = w.rank_wall_s(worst)
-    ckpt = worst.phases["checkpoint"]
+    ckpt = saving_s(worst)
     share = ckpt / wall if wall > 0 else 0.0
     n = max(len(w.ranks), 1)
     lost = ckpt * n   # synchronous training: every rank waits for the slowest save

@@ -198,7 +198,13 @@ def test_checkpoint_count_and_share_exact(victoriametrics, runs, framework, with
     assert abs(f.evidence["share"] - saver["checkpoint_share"]) <= 0.03, explain(report, run)
     for a, b in f.ranges:   # every range is one save inside the run
         assert run.start <= a <= b <= run.end
-    assert not above_info(report, "straggler"), explain(report, run)
+    # the rank that waits for the saves is never named for that wait: a wait leaking into its phases would
+    # make it late by the whole save time per step. Two 2-rank jobs' ranks on a 2-core machine with the
+    # recorder beside them differ by 2-3 ms a step of real compute in backward (either rank, run to run),
+    # which the straggler rule may report; that is allowed, a leak is not.
+    save_per_step = max(r.phases.get("checkpoint", 0.0) for r in report.window.ranks) / saver["steps"]
+    for s in (x for x in report.findings if x.rule == "straggler" and x.severity != "info"):
+        assert s.evidence["phase"] != "data_wait" and s.evidence["lateness_s"] < save_per_step, explain(report, run)
 
 
 @PROFILES
