@@ -9,7 +9,9 @@ writes). The other rank goes on to the next batch and waits for the saver in the
 all-gather.
 Each rank writes what it measured with its own clock: time saving (the Trainer's `_save_checkpoint`
 plus the export), saves, time in `get_batch_samples` (its batch fetch, the wait included), time in
-`training_step` (forward and backward, DDP's all-reduce wait included), wall time.
+`training_step` (forward and backward, DDP's all-reduce wait included), wall time: training time, from
+its first batch fetch to the end of `train()` (the Trainer's set-up before it, DDP wrapping and loaders,
+is not training; `train_call_s` is the whole call).
 """
 import argparse
 import json
@@ -36,6 +38,7 @@ class Clock:
     def __init__(self):
         self.s = {"checkpoint": 0.0, "batch_fetch": 0.0, "compute": 0.0}
         self.saves = 0
+        self.first_fetch: float | None = None   # perf_counter at the first batch fetch: training begins
 
 
 class TimedTrainer(Trainer):
@@ -65,6 +68,8 @@ class TimedTrainer(Trainer):
 
     def get_batch_samples(self, *args, **kwargs):
         t = time.perf_counter()
+        if self.clock.first_fetch is None:
+            self.clock.first_fetch = t
         try:
             return super().get_batch_samples(*args, **kwargs)
         finally:
@@ -97,8 +102,10 @@ def main():
         trainer.export_path = os.path.join(a.out, "export.pt")
     t0, unix0 = time.perf_counter(), time.time()
     trainer.train()
-    wall = time.perf_counter() - t0
-    out = {"rank": rank, "saver": a.saver, "wall_s": wall, "unix_start": unix0, "saves": clock.saves,
+    end = time.perf_counter()
+    wall = end - clock.first_fetch   # training time: the Trainer's set-up before its first batch left out
+    out = {"rank": rank, "saver": a.saver, "wall_s": wall, "train_call_s": end - t0,
+           "unix_start": unix0 + (clock.first_fetch - t0), "saves": clock.saves,
            "steps": a.steps, **{f"{k}_s": v for k, v in clock.s.items()},
            **{f"{k}_share": v / wall for k, v in clock.s.items()}}
     with open(a.truth.format(rank=rank), "w") as fh:
