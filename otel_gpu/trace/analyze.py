@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import chain
 
 import numpy as np
 
@@ -92,14 +93,39 @@ def _rank_results(v, opts: Options, many: bool) -> dict:
         "membw": counters.memory_bw_summary(v),
         "aten": aten_rows,
         "aten_csv": (columns(aten_rows), rank_csv.pack(rows_text(aten_rows, columns(aten_rows)))),
-        # delays as float64 arrays: 8 bytes a launch instead of a float object and a list slot
-        "aten_groups": {k: (np.array(d[0], dtype=np.float64), np.array(d[1], dtype=np.float64))
-                        for k, d in groups.items()},
+        "aten_groups": _pack_groups(groups),
         "per_annotation": annotations.kernels_per_annotation(v),
         "checks": check_rank(v, temporal, idle_rows, opts.thresholds),
         "critical_path": critical_path.one_rank(v, opts.critical_path_annotation, opts.critical_path_instance)
         if opts.critical_path else None,
     }
+
+
+def _pack_groups(groups: dict) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """(op, sequence) groups of delays as (keys, launches per key, op delays, runtime delays): two
+    float64 arrays for all groups (8 bytes a launch, and one array to pickle instead of two per group)."""
+    keys = list(groups)
+    lengths = np.fromiter((len(groups[k][0]) for k in keys), dtype=np.int64, count=len(keys))
+    n = int(lengths.sum())
+    op = np.fromiter(chain.from_iterable(groups[k][0] for k in keys), dtype=np.float64, count=n)
+    runtime = np.fromiter(chain.from_iterable(groups[k][1] for k in keys), dtype=np.float64, count=n)
+    return keys, lengths, op, runtime
+
+
+def _pool_groups(packed: list[tuple]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
+    """Every rank's packed groups as one group per (op, sequence), the ranks' delays concatenated."""
+    pooled: dict = {}
+    for keys, lengths, op, runtime in packed:
+        ends = np.cumsum(lengths).tolist()
+        start = 0
+        for k, end in zip(keys, ends):
+            g = pooled.get(k)
+            if g is None:
+                g = pooled[k] = ([], [])
+            g[0].append(op[start:end])
+            g[1].append(runtime[start:end])
+            start = end
+    return {k: (np.concatenate(a), np.concatenate(b)) for k, (a, b) in pooled.items()}
 
 
 def _share_strings(p: dict) -> dict:
@@ -110,7 +136,8 @@ def _share_strings(p: dict) -> dict:
     for row in p["aten"]:
         row["aten_op_name"] = intern(row["aten_op_name"])
         row["kernel_sequence"] = intern(row["kernel_sequence"])
-    p["aten_groups"] = {(intern(op), intern(seq)): d for (op, seq), d in p["aten_groups"].items()}
+    keys, *arrays = p["aten_groups"]
+    p["aten_groups"] = ([(intern(op), intern(seq)) for op, seq in keys], *arrays)
     for row in p["kernels"][1]:
         row["name"] = intern(row["name"])
     return p
@@ -147,15 +174,9 @@ def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None) 
     blocked = [r for p in per for r in p["blocked"]]
     membw = [r for p in per for r in p["membw"]]
     aten = [r for p in per for r in p["aten"]]
-    pooled: dict = {}  # the all-ranks table (per-launch rows are not kept)
-    for p in per:
-        for key, (op_delays, runtime_delays) in p["aten_groups"].items():
-            g = pooled.setdefault(key, ([], []))
-            g[0].append(op_delays)
-            g[1].append(runtime_delays)
-    # (math.fsum is exact whatever the order: the pooled means are those of one list of all launches)
-    pooled = {k: (np.concatenate(a), np.concatenate(b)) for k, (a, b) in pooled.items()}
-    aten_all = aten_ops.summarize_groups(pooled)
+    # the all-ranks table (per-launch rows are not kept); math.fsum is exact whatever the order: the
+    # pooled means are those of one list of all launches
+    aten_all = aten_ops.summarize_groups(_pool_groups([p["aten_groups"] for p in per]))
     paths = [p["critical_path"] for p in per] if opts.critical_path else []
     potential = stragglers.combine([p["stragglers"] for p in per], opts.straggler_candidates) if len(views) > 1 else \
         {"ranks": [], "counts": {}, "error": "one rank"}

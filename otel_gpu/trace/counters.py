@@ -14,23 +14,13 @@ from __future__ import annotations
 import numpy as np
 
 from .breakdown import gpu_kernels
-from .idle import STAT_COLUMNS
+from .describe import describe
 from .model import MEMORY, RankView, id_in
 
 LAUNCH_CALLS = ("cudaMemsetAsync", "cudaMemcpyAsync", "cudaLaunchKernel", "cudaLaunchKernelExC",
                 "cuLaunchKernel", "runFunction - job_prep_and_submit_for_execution", "hipLaunchKernel",
                 "hipExtModuleLaunchKernel", "hipMemcpyAsync", "hipMemsetAsync", "hipMemcpyWithStream")
 CUDA_MAX_LAUNCH_QUEUE = 1024
-
-
-def describe(x: np.ndarray) -> dict:
-    """pandas ``describe()`` of a numeric array: count, mean, std (n-1), min, quartiles, max."""
-    if len(x) == 0:
-        return {"count": 0.0, **{c: float("nan") for c in STAT_COLUMNS[1:]}}
-    q = np.quantile(x, [0.25, 0.5, 0.75])
-    return {"count": float(len(x)), "mean": float(x.mean()), "std": float(x.std(ddof=1)) if len(x) > 1 else
-            float("nan"), "min": float(x.min()), "25%": float(q[0]), "50%": float(q[1]), "75%": float(q[2]),
-            "max": float(x.max())}
 
 
 def queue_length_series(v: RankView) -> dict[int, tuple[np.ndarray, np.ndarray]]:

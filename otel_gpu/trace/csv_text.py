@@ -50,10 +50,15 @@ def cell(v):
     return json.dumps(v) if isinstance(v, (dict, list)) else v
 
 
+_QUOTED: dict[str, str] = {"": ""}   # a string -> its field text (ranks repeat op and kernel names)
+_QUOTED_MAX = 1 << 14   # strings remembered at most (then forgotten and remembered anew)
+
+
 def field_writer():
     """A function giving a value's field text in a row of several fields, as ``csv.writer`` writes
-    it; a string's quoted form is computed by the csv module once and remembered."""
-    quoted = {"": ""}
+    it; a string's quoted form is computed by the csv module once and remembered (for the process:
+    every rank's tables name the same ops and kernels)."""
+    quoted = _QUOTED
     one = io.StringIO()
     w1 = csv.writer(one, lineterminator="\n")
 
@@ -65,6 +70,9 @@ def field_writer():
                 one.seek(0)
                 one.truncate()
                 w1.writerow([v])
+                if len(quoted) >= _QUOTED_MAX:
+                    quoted.clear()
+                    quoted[""] = ""
                 f = quoted[v] = one.getvalue()[:-1]
             return f
         if t is int or t is bool:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .describe import describe
 from .model import RankView, id_in
 
 KERNEL_CATS = ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy", "mtia_ccp_events")
 CATEGORIES = ("host_wait", "kernel_wait", "other")
-STAT_COLUMNS = ("count", "mean", "std", "min", "25%", "50%", "75%", "max")
 
 
 def runtime_ts(v: RankView, rows: np.ndarray) -> np.ndarray:
@@ -34,14 +34,7 @@ def runtime_ts(v: RankView, rows: np.ndarray) -> np.ndarray:
 
 
 def _describe(x: np.ndarray) -> dict:
-    x = x[~np.isnan(x)]
-    if len(x) == 0:
-        return {"count": 0.0, **{c: float("nan") for c in STAT_COLUMNS[1:]}}
-    q = np.quantile(x, [0.25, 0.5, 0.75])
-    return {"count": float(len(x)), "mean": float(x.mean()),
-            "std": float(x.std(ddof=1)) if len(x) > 1 else float("nan"),
-            "min": float(x.min()), "25%": float(q[0]), "50%": float(q[1]), "75%": float(q[2]),
-            "max": float(x.max())}
+    return describe(x[~np.isnan(x)])
 
 
 def idle_time_breakdown(v: RankView, consecutive_kernel_delay: float = 30,

@@ -3,21 +3,27 @@ the rank is analysed (a worker process on large sets) and kept zlib-compressed u
 main process neither recomputes the series nor holds every rank's text at once."""
 from __future__ import annotations
 
-import csv
-import io
 import zlib
+from itertools import repeat
 
 from . import counters
+from .csv_text import field_writer
 
 PAIR_COLUMNS = ("correlation", "cpu_duration", "gpu_duration", "launch_delay")
 
 
-def series_csv(columns: tuple[str, ...], rows) -> str:
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(columns)
-    w.writerows(rows)
-    return buf.getvalue()
+def series_csv(columns: tuple[str, str, str], series: dict) -> str:
+    """A time series file: for each key (a stream or a name) of ``series`` (key -> (ts us, values)),
+    one line per point "ts,key,value", as ``csv.writer`` writes them (``str`` of numbers; the key
+    quoted where the csv module would quote it), in C-level loops."""
+    quote = field_writer()
+    parts = [",".join(columns) + "\n"]
+    for key, (ts, values) in series.items():
+        if len(ts):
+            key_text = quote(key) if type(key) is str else str(key)
+            parts.append("\n".join(map(",".join, zip(map(str, ts.tolist()), repeat(key_text, len(ts)),
+                                                      map(str, values.tolist())))) + "\n")
+    return "".join(parts)
 
 
 def pairs_csv(pairs: dict) -> str:
@@ -29,12 +35,8 @@ def pairs_csv(pairs: dict) -> str:
 
 def rank_files(v, pairs: dict) -> dict[str, list[tuple[str, bytes]]]:
     """The rank's series and launch-pair files: {"series": [(name, packed)], "pairs": [(name, packed)]}."""
-    queue = series_csv(("ts", "stream", "queue_length"),
-                       ((t, s_, q) for s_, (ts, ql) in counters.queue_length_series(v).items()
-                        for t, q in zip(ts.tolist(), ql.tolist())))
-    membw = series_csv(("ts", "name", "memory_bw_gbps"),
-                       ((t, kind, b) for kind, (ts, bw) in counters.memory_bw_series(v).items()
-                        for t, b in zip(ts.tolist(), bw.tolist())))
+    queue = series_csv(("ts", "stream", "queue_length"), counters.queue_length_series(v))
+    membw = series_csv(("ts", "name", "memory_bw_gbps"), counters.memory_bw_series(v))
     return {"series": [(f"queue_length_series_rank{v.rank}.csv", pack(queue)),
                        (f"memory_bw_series_rank{v.rank}.csv", pack(membw))],
             "pairs": [(f"cuda_kernel_launch_stats_rank{v.rank}.csv", pack(pairs_csv(pairs)))]}

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from otel_gpu.trace import breakdown, idle, launch
+from otel_gpu.trace.describe import STAT_COLUMNS
 from otel_gpu.trace.model import load_set
 from tests.shared_data import reason, shared_data
 
@@ -95,7 +96,7 @@ def test_idle_time_breakdown(name):
     assert [(r["idle_category"], int(r["rank"]), int(r["stream"])) for r in want_stats] == \
         [(r["idle_category"], r["rank"], r["stream"]) for r in stats]
     for w, g in zip(want_stats, stats):
-        for col in idle.STAT_COLUMNS:
+        for col in STAT_COLUMNS:
             assert same(w[col], g[col], 0.01), (col, w, g)
 
 

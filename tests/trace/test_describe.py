@@ -1,0 +1,38 @@
+"""The interval statistics' quartiles are numpy's linear np.quantile, bit for bit, on any array."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from otel_gpu.trace.describe import describe, quartiles
+
+Q = [0.25, 0.5, 0.75]
+floats = hnp.arrays(np.float64, st.integers(1, 60),
+                    elements=st.floats(allow_nan=True, allow_infinity=True, width=64))
+ints = hnp.arrays(np.int64, st.integers(1, 60), elements=st.integers(-(1 << 40), 1 << 40))
+nice = hnp.arrays(np.float64, st.integers(1, 60), elements=st.floats(-1e6, 1e6, allow_subnormal=False))
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and np.array_equal(a.view(np.uint64), b.view(np.uint64))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(floats, ints, nice))
+def test_quartiles_are_numpys_linear_quantile_bit_for_bit(x):
+    assert same_bits(quartiles(x), np.quantile(x, Q)), (x, quartiles(x), np.quantile(x, Q))
+
+
+@given(nice)
+def test_describe_is_the_pandas_statistics(x):
+    d = describe(x)
+    assert d["count"] == len(x) and d["min"] == x.min() and d["max"] == x.max() and d["mean"] == x.mean()
+    assert d["min"] <= d["25%"] <= d["50%"] <= d["75%"] <= d["max"]
+    assert np.isnan(d["std"]) if len(x) == 1 else d["std"] == x.std(ddof=1)
+
+
+def test_describe_of_nothing_is_count_zero_and_nan():
+    d = describe(np.array([], dtype=np.float64))
+    assert d["count"] == 0.0 and all(np.isnan(d[k]) for k in ("mean", "std", "min", "25%", "50%", "75%", "max"))
