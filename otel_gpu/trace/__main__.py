@@ -19,4 +19,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    from ..cli import end_of_process
+
+    end_of_process()
+    sys.exit(status)

@@ -113,19 +113,21 @@ def _pack_groups(groups: dict) -> tuple[list, np.ndarray, np.ndarray, np.ndarray
 
 
 def _pool_groups(packed: list[tuple]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
-    """Every rank's packed groups as one group per (op, sequence), the ranks' delays concatenated."""
-    pooled: dict = {}
-    for keys, lengths, op, runtime in packed:
-        ends = np.cumsum(lengths).tolist()
-        start = 0
-        for k, end in zip(keys, ends):
-            g = pooled.get(k)
-            if g is None:
-                g = pooled[k] = ([], [])
-            g[0].append(op[start:end])
-            g[1].append(runtime[start:end])
-            start = end
-    return {k: (np.concatenate(a), np.concatenate(b)) for k, (a, b) in pooled.items()}
+    """Every rank's packed groups as one group per (op, sequence), the ranks' delays together (in
+    no particular order: the table's sums are exact, ``math.fsum``)."""
+    ids: dict = {}
+    gid = np.concatenate([np.repeat(np.fromiter((ids.setdefault(k, len(ids)) for k in keys), dtype=np.int64,
+                                                count=len(keys)), lengths)
+                          for keys, lengths, _, _ in packed]) if packed else np.zeros(0, dtype=np.int64)
+    order = np.argsort(gid, kind="stable")
+    op = np.concatenate([p[2] for p in packed])[order] if packed else np.zeros(0)
+    runtime = np.concatenate([p[3] for p in packed])[order] if packed else np.zeros(0)
+    ends = np.cumsum(np.bincount(gid, minlength=len(ids))).tolist()
+    out, start = {}, 0
+    for k, end in zip(ids, ends):
+        out[k] = (op[start:end], runtime[start:end])
+        start = end
+    return out
 
 
 def _share_strings(p: dict) -> dict:

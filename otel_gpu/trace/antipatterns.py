@@ -136,7 +136,9 @@ def shapes_where(shapes: dict[int, dict], ext_ids: list[int], top: int = 3, gemm
 
 def add_shapes(checks: list[dict], views: dict) -> None:
     """Name the operators' input shapes on the worst rank of each reported pattern that has kernels
-    or copies behind it, when the trace recorded shapes; the private id lists are dropped."""
+    or copies behind it, when the trace recorded shapes; the private id lists are dropped. A file
+    is read once for all the patterns whose worst rank it holds."""
+    wanted: dict[int, list[tuple[dict, list[int], str]]] = {}   # rank -> (check, its ids, pattern)
     for pattern in SHAPE_PATTERNS:
         hit = [c for c in checks if c["pattern"] == pattern and "_shape_ext" in c]
         if not hit:
@@ -147,10 +149,13 @@ def add_shapes(checks: list[dict], views: dict) -> None:
             worst["where"]["shapes"] = "not in the trace (profile with record_shapes=True)"
             continue
         ext = [e for e in worst["_shape_ext"] if e >= 0][:5000]
-        shapes, why = input_shapes(v.ev.path, set(ext))
-        worst["where"].update(shapes_where(shapes, ext, gemm=pattern.startswith("gemm_")))
-        if why:
-            worst["where"]["shapes_note"] = why
+        wanted.setdefault(worst["rank"], []).append((worst, ext, pattern))
+    for rank, asks in wanted.items():
+        shapes, why = input_shapes(views[rank].ev.path, {e for _, ext, _ in asks for e in ext})
+        for worst, ext, pattern in asks:
+            worst["where"].update(shapes_where(shapes, ext, gemm=pattern.startswith("gemm_")))
+            if why:
+                worst["where"]["shapes_note"] = why
     for c in checks:
         c.pop("_shape_ext", None)
 

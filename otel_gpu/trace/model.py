@@ -185,6 +185,20 @@ def find_trace_files(directory: str) -> tuple[list[str], list[str]]:
 PARALLEL_MIN_BYTES = 1 << 20  # files on disk; below this one process reads everything
 
 
+def derive(ev: RankEvents) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """What loading needs of one rank alone: (GPU-event mask, HTA's index_correlation, the rows kept
+    when the last step is dropped)."""
+    gpu = _is_gpu(ev)
+    return gpu, _index_correlation(ev, gpu), _filter_rows(ev, gpu)
+
+
+def read_derived(path: str) -> RankEvents:
+    """``read_trace`` with ``derive``'s columns kept in ``ev.derived`` (made by the process that reads)."""
+    ev = read_trace(path)
+    ev.derived = derive(ev)
+    return ev
+
+
 def _read_all(paths: list[str], jobs: int | None, meanwhile=None) -> list[RankEvents]:
     """Read files, in worker processes (fork) when there are several files and cores; ``meanwhile()``
     (optional) runs in this process while they read."""
@@ -195,9 +209,9 @@ def _read_all(paths: list[str], jobs: int | None, meanwhile=None) -> list[RankEv
     if jobs <= 1 or "fork" not in mp.get_all_start_methods():
         if meanwhile is not None:
             meanwhile()
-        return [read_trace(p) for p in paths]
+        return [read_derived(p) for p in paths]
     with frozen_heap(), ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
-        got = pool.map(read_trace, paths)   # every file handed out at once; results in order
+        got = pool.map(read_derived, paths)   # every file handed out at once; results in order
         if meanwhile is not None:
             meanwhile()
         return list(got)
@@ -247,10 +261,10 @@ def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None 
     ts0 = None
     for rank in sorted(events):
         ev = events[rank]
-        gpu = _is_gpu(ev)
-        rows = _filter_rows(ev, gpu) if filtered else np.arange(len(ev), dtype=np.int64)
+        _, ic, last_step_rows = ev.derived or derive(ev)
+        ev.derived = None
+        rows = last_step_rows if filtered else np.arange(len(ev), dtype=np.int64)
         small = ev.index.dtype == np.int32  # file positions (and so row numbers) fit int32: half the memory
-        ic = _index_correlation(ev, gpu)
         views[rank] = RankView(rank, ev, rows.astype(np.int32) if small else rows,
                                ic.astype(np.int32) if small else ic, last_step_dropped=filtered)
         if len(ev):

@@ -74,6 +74,7 @@ class RankEvents:
     thread: np.ndarray | None = None  # per event: code into ``threads`` (int8/int16 when few)
     threads: list = field(default_factory=list)  # code -> (pid, tid) as in the file (int or str)
     sync_args: dict = field(default_factory=dict)  # index of a cuda_sync event -> (wait_on_stream, event corr id)
+    derived: tuple | None = None  # what loading derives from this rank alone, made where it was read (model.derive)
 
     def __len__(self) -> int:
         return len(self.index)

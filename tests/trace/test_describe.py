@@ -22,7 +22,9 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
 @settings(max_examples=400, deadline=None)
 @given(st.one_of(floats, ints, nice))
 def test_quartiles_are_numpys_linear_quantile_bit_for_bit(x):
-    assert same_bits(quartiles(x), np.quantile(x, Q)), (x, quartiles(x), np.quantile(x, Q))
+    with np.errstate(invalid="ignore"):   # inf - inf between neighbours: NaN, in both
+        ours, numpys = quartiles(x), np.quantile(x, Q)
+    assert same_bits(ours, numpys), (x, ours, numpys)
 
 
 @given(nice)
