@@ -78,7 +78,7 @@ def _rank_results(v, opts: Options, many: bool) -> dict:
     temporal = breakdown.temporal_breakdown(v)
     idle_rows, idle_stats = idle.idle_time_breakdown(v, opts.consecutive_kernel_delay)
     pairs = launch.launch_pairs(v)
-    instances = aten_ops.aten_op_instances(aten_ops.aten_op_launches(v))
+    instances = aten_ops.op_instances(v)
     groups = aten_ops.group_instances(instances)
     aten_rows = [{"rank": v.rank, **row} for row in aten_ops.summarize_groups(groups)]
     return {

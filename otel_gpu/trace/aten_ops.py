@@ -101,6 +101,55 @@ def aten_op_launches(v: RankView) -> list[dict]:
     return out
 
 
+def op_instances(v: RankView) -> list[tuple[str, str, float, float]]:
+    """``aten_op_instances(aten_op_launches(v))`` in array operations: no row per launch is built
+    (a loop per op instance remains, to join its kernel names)."""
+    ev, rows = v.ev, v.rows
+    names = ev.names
+    aten_ids = [i for i, n in enumerate(names) if n.startswith("aten::")]
+    launch_ids = [i for i, n in enumerate(names) if LAUNCH_RE.match(n)]
+    ops = rows[id_in(ev, ev.name[rows], aten_ids)]
+    launches = rows[id_in(ev, ev.name[rows], launch_ids)]
+    if not len(ops) or not len(launches):
+        return []
+    op_start = ev.ts[ops].astype(np.float64)
+    order = np.argsort(op_start, kind="stable")
+    op_ts, op_end = op_start[order], (op_start + ev.dur[ops])[order]
+    op_rows = ops[order]
+    gpu = rows[ev.stream[rows] != -1]
+    ic = v.index_correlation[gpu]
+    ic_order = np.argsort(ic, kind="stable")
+    ic_sorted = ic[ic_order]
+    starts = ev.ts[launches].astype(np.float64)
+    deepest = deepest_wrapping(op_ts, op_end, starts, starts + ev.dur[launches])
+    lo = np.searchsorted(ic_sorted, ev.index[launches], "left")
+    n_kernels = np.searchsorted(ic_sorted, ev.index[launches], "right") - lo
+    sel = np.flatnonzero((n_kernels == 1) & (deepest >= 0))   # launches in order, each with one kept kernel
+    if not len(sel):
+        return []
+    op = op_rows[deepest[sel]]
+    kernel = gpu[ic_order[lo[sel]]]
+    op_delay = starts[sel] - ev.ts[op].astype(np.float64)
+    runtime_delay = ev.ts[kernel].astype(np.float64) - starts[sel]
+    # an instance is (op name, op start in whole us); instances in (name, start) order, launches in order within
+    op_name = ev.name[op]
+    uniq, inv = np.unique(op_name, return_inverse=True)
+    by_text = np.empty(len(uniq), dtype=np.int64)
+    by_text[sorted(range(len(uniq)), key=lambda j: names[uniq[j]])] = np.arange(len(uniq))
+    name_rank = by_text[inv.reshape(-1)]
+    start_us = ev.ts[op].astype(np.int64)   # int() of the start, as the rows hold it
+    order = np.lexsort((start_us, name_rank))   # stable: launches keep their order within an instance
+    nr, st = name_rank[order], start_us[order]
+    first = np.flatnonzero(np.r_[True, (nr[1:] != nr[:-1]) | (st[1:] != st[:-1])])
+    ends = np.r_[first[1:], len(order)].tolist()
+    kernel_names = [names[i] for i in ev.name[kernel[order]].tolist()]
+    lead = order[first]
+    intern = sys.intern
+    return [(names[n], intern(" -> ".join(kernel_names[a:b])), d, r)
+            for n, a, b, d, r in zip(op_name[lead].tolist(), first.tolist(), ends, op_delay[lead].tolist(),
+                                     runtime_delay[lead].tolist())]
+
+
 def aten_op_instances(launches: list[dict]) -> list[tuple[str, str, float, float]]:
     """Per op instance (name, start): (op name, kernel sequence "k1 -> k2", op-start-to-first-launch
     delay, first launch-to-kernel delay), in (name, start) order."""

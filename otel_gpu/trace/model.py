@@ -185,11 +185,14 @@ def find_trace_files(directory: str) -> tuple[list[str], list[str]]:
 PARALLEL_MIN_BYTES = 1 << 20  # files on disk; below this one process reads everything
 
 
-def derive(ev: RankEvents) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """What loading needs of one rank alone: (GPU-event mask, HTA's index_correlation, the rows kept
-    when the last step is dropped)."""
+def derive(ev: RankEvents) -> tuple[np.ndarray, np.ndarray]:
+    """What loading needs of one rank alone: (HTA's index_correlation, the rows kept when the last
+    step is dropped), as int32 where file positions fit it (half the memory)."""
     gpu = _is_gpu(ev)
-    return gpu, _index_correlation(ev, gpu), _filter_rows(ev, gpu)
+    ic, last_step_rows = _index_correlation(ev, gpu), _filter_rows(ev, gpu)
+    if ev.index.dtype == np.int32:
+        return ic.astype(np.int32), last_step_rows.astype(np.int32)
+    return ic, last_step_rows
 
 
 def read_derived(path: str) -> RankEvents:
@@ -261,12 +264,11 @@ def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None 
     ts0 = None
     for rank in sorted(events):
         ev = events[rank]
-        _, ic, last_step_rows = ev.derived or derive(ev)
+        ic, last_step_rows = ev.derived or derive(ev)
         ev.derived = None
-        rows = last_step_rows if filtered else np.arange(len(ev), dtype=np.int64)
         small = ev.index.dtype == np.int32  # file positions (and so row numbers) fit int32: half the memory
-        views[rank] = RankView(rank, ev, rows.astype(np.int32) if small else rows,
-                               ic.astype(np.int32) if small else ic, last_step_dropped=filtered)
+        rows = last_step_rows if filtered else np.arange(len(ev), dtype=np.int32 if small else np.int64)
+        views[rank] = RankView(rank, ev, rows, ic, last_step_dropped=filtered)
         if len(ev):
             m = int(ev.ts.min())
             ts0 = m if ts0 is None else min(ts0, m)
