@@ -63,8 +63,11 @@ def deepest_wrapping(op_ts: np.ndarray, op_end: np.ndarray, starts: np.ndarray, 
     return out
 
 
-def aten_op_launches(v: RankView) -> list[dict]:
-    """One row per launch call inside an aten op whose kernel is kept, in HTA's row order."""
+def _matches(v: RankView):
+    """Each launch call matched to its op and kernels: (launches, op rows sorted by start, deepest
+    wrapping op per launch (-1: none), first kept kernel per launch (position in ``kernels``), kept
+    kernels per launch, GPU rows, their order by index_correlation, launch starts); None without
+    ops or launches."""
     ev, rows = v.ev, v.rows
     names = ev.names
     aten_ids = [i for i, n in enumerate(names) if n.startswith("aten::")]
@@ -72,21 +75,29 @@ def aten_op_launches(v: RankView) -> list[dict]:
     ops = rows[id_in(ev, ev.name[rows], aten_ids)]
     launches = rows[id_in(ev, ev.name[rows], launch_ids)]
     if not len(ops) or not len(launches):
-        return []
+        return None
     op_start = ev.ts[ops].astype(np.float64)
     order = np.argsort(op_start, kind="stable")
     op_ts, op_end = op_start[order], (op_start + ev.dur[ops])[order]
-    op_rows = ops[order]
     gpu = rows[ev.stream[rows] != -1]
     ic = v.index_correlation[gpu]
     ic_order = np.argsort(ic, kind="stable")
     ic_sorted = ic[ic_order]
     starts = ev.ts[launches].astype(np.float64)
-    deepest = deepest_wrapping(op_ts, op_end, starts, starts + ev.dur[launches]).tolist()
+    deepest = deepest_wrapping(op_ts, op_end, starts, starts + ev.dur[launches])
     lo = np.searchsorted(ic_sorted, ev.index[launches], "left")
-    n_kernels = (np.searchsorted(ic_sorted, ev.index[launches], "right") - lo).tolist()
-    lo = lo.tolist()
-    starts = starts.tolist()
+    n_kernels = np.searchsorted(ic_sorted, ev.index[launches], "right") - lo
+    return launches, ops[order], deepest, lo, n_kernels, gpu, ic_order, starts
+
+
+def aten_op_launches(v: RankView) -> list[dict]:
+    """One row per launch call inside an aten op whose kernel is kept, in HTA's row order."""
+    m = _matches(v)
+    if m is None:
+        return []
+    launches, op_rows, deepest, lo, n_kernels, gpu, ic_order, starts = m
+    ev, names = v.ev, v.ev.names
+    deepest, n_kernels, lo, starts = deepest.tolist(), n_kernels.tolist(), lo.tolist(), starts.tolist()
     out = []
     for n, r in enumerate(launches.tolist()):
         i = deepest[n]
@@ -104,26 +115,11 @@ def aten_op_launches(v: RankView) -> list[dict]:
 def op_instances(v: RankView) -> list[tuple[str, str, float, float]]:
     """``aten_op_instances(aten_op_launches(v))`` in array operations: no row per launch is built
     (a loop per op instance remains, to join its kernel names)."""
-    ev, rows = v.ev, v.rows
-    names = ev.names
-    aten_ids = [i for i, n in enumerate(names) if n.startswith("aten::")]
-    launch_ids = [i for i, n in enumerate(names) if LAUNCH_RE.match(n)]
-    ops = rows[id_in(ev, ev.name[rows], aten_ids)]
-    launches = rows[id_in(ev, ev.name[rows], launch_ids)]
-    if not len(ops) or not len(launches):
+    m = _matches(v)
+    if m is None:
         return []
-    op_start = ev.ts[ops].astype(np.float64)
-    order = np.argsort(op_start, kind="stable")
-    op_ts, op_end = op_start[order], (op_start + ev.dur[ops])[order]
-    op_rows = ops[order]
-    gpu = rows[ev.stream[rows] != -1]
-    ic = v.index_correlation[gpu]
-    ic_order = np.argsort(ic, kind="stable")
-    ic_sorted = ic[ic_order]
-    starts = ev.ts[launches].astype(np.float64)
-    deepest = deepest_wrapping(op_ts, op_end, starts, starts + ev.dur[launches])
-    lo = np.searchsorted(ic_sorted, ev.index[launches], "left")
-    n_kernels = np.searchsorted(ic_sorted, ev.index[launches], "right") - lo
+    launches, op_rows, deepest, lo, n_kernels, gpu, ic_order, starts = m
+    ev, names = v.ev, v.ev.names
     sel = np.flatnonzero((n_kernels == 1) & (deepest >= 0))   # launches in order, each with one kept kernel
     if not len(sel):
         return []
