@@ -186,6 +186,35 @@ class _GpmMetricsGet:
         self.metrics = [SimpleNamespace(metricId=0, nvmlReturn=0, value=0.0) for _ in range(pynvml.NVML_GPM_METRIC_MAX)]
 
 
+class _FieldUnion:
+    """Stand-in for `c_nvmlValue_t`: the value as a float (`dVal`) and each integer member as its
+    integer part, computed when asked (a field value is read through one member)."""
+
+    __slots__ = ("dVal", "_raw")
+    _INTS = frozenset(("uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal"))
+
+    def __init__(self, value):
+        self._raw = value
+        self.dVal = float(value)
+
+    def __getattr__(self, name):
+        if name in _FieldUnion._INTS:
+            return int(self._raw)
+        raise AttributeError(name)
+
+
+class _FieldValue:
+    """Stand-in for `c_nvmlFieldValue_t` (plain attributes instead of ctypes)."""
+
+    __slots__ = ("fieldId", "scopeId", "nvmlReturn", "valueType", "value", "timestamp")
+
+    def __init__(self, fid: int, scope: int, ret: int, value):
+        self.fieldId, self.scopeId, self.nvmlReturn = fid, scope, ret
+        self.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+        self.value = _FieldUnion(value)
+        self.timestamp = 0
+
+
 class FakeNvml:
     """Module-like fake of `pynvml` built from `FakeGpu` descriptions."""
 
@@ -304,11 +333,17 @@ class FakeNvml:
         `_GRID_S` grid from fake time 0, so they are functions of time alone, whoever reads them when."""
         with self._lock:
             now = max(self._t(), 0.0)
-            while (h.cells + 1) * _GRID_S <= now:
-                p, nvl = self._rates_at(h, (h.cells + 0.5) * _GRID_S)
-                h.cell_energy_mj += p * 1000.0 * _GRID_S
-                h.cell_nvlink_kib += nvl * _GRID_S
-                h.cells += 1
+            cells = h.cells
+            if (cells + 1) * _GRID_S <= now:   # _rates_at, inlined: ~10 cells a second per GPU
+                s, util_at = h.spec, self._util_at
+                idle, span, nvl_on = s.idle_power_w, s.load_power_w - s.idle_power_w, s.nvlinks and not s.mig_devices
+                energy, kib = h.cell_energy_mj, h.cell_nvlink_kib
+                while (cells + 1) * _GRID_S <= now:
+                    u = util_at(h, (cells + 0.5) * _GRID_S)
+                    energy += (idle + span * u) * 1000.0 * _GRID_S
+                    kib += (40e6 * u if nvl_on else 0.0) * _GRID_S
+                    cells += 1
+                h.cell_energy_mj, h.cell_nvlink_kib, h.cells = energy, kib, cells
             part = now - h.cells * _GRID_S
             p, nvl = self._rates_at(h, h.cells * _GRID_S + part / 2)
             h.energy_mj = h.cell_energy_mj + p * 1000.0 * part
@@ -450,31 +485,29 @@ class FakeNvml:
     def nvmlDeviceGetFieldValues(self, h, field_ids):
         self._enter("nvmlDeviceGetFieldValues", h, field_ids)
         energy_id = pynvml.NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
-        if any((f[0] if isinstance(f, tuple) else f) == energy_id for f in field_ids):
+        ids = [(f, 0) if not isinstance(f, tuple) else f for f in field_ids]
+        if any(fid == energy_id for fid, _ in ids):
             cost = self.costs.get("nvmlDeviceGetTotalEnergyConsumption")   # measured: the same cost
             if cost is not None:
                 spend(cost)
         self._advance(h)
         out = []
-        for f in field_ids:
-            fid, scope = f if isinstance(f, tuple) else (f, 0)
+        unsupported = bool(h.spec.mig_devices or h.mig is not None)
+        for fid, scope in ids:
             ret, value = pynvml.NVML_SUCCESS, 0.0
-            if h.spec.mig_devices or h.mig is not None:
+            if unsupported:
                 ret = pynvml.NVML_ERROR_NOT_SUPPORTED
             elif fid == pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT:
                 value = h.spec.nvlinks
             elif fid == energy_id:
                 value = h.energy_mj
-            elif fid in (pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX):
+            elif fid in _NVLINK_DATA:
                 if not h.spec.nvlinks:
                     ret = pynvml.NVML_ERROR_NOT_SUPPORTED
-                value = h.nvlink_kib[0 if fid == pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX else 1]
+                value = h.nvlink_kib[_NVLINK_DATA[fid]]
             else:
                 ret = pynvml.NVML_ERROR_NOT_SUPPORTED
-            v = SimpleNamespace(dVal=float(value), uiVal=int(value), ulVal=int(value), ullVal=int(value),
-                                sllVal=int(value), siVal=int(value), usVal=int(value))
-            out.append(SimpleNamespace(fieldId=fid, scopeId=scope, nvmlReturn=ret,
-                                       valueType=pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, value=v, timestamp=0))
+            out.append(_FieldValue(fid, scope, ret, value))
         return out
 
     def nvmlDeviceGetComputeRunningProcesses(self, h):
@@ -544,18 +577,17 @@ class FakeNvml:
         u = self._util(h)
         sm = 100 * u * h.spec.sm_share
         nvl = (40e3 * u) if h.spec.nvlinks else 0.0      # MiB/s
-        values = {"NVML_GPM_METRIC_SM_UTIL": sm, "NVML_GPM_METRIC_SM_OCCUPANCY": sm * 0.45,
-                  "NVML_GPM_METRIC_ANY_TENSOR_UTIL": sm * 0.6, "NVML_GPM_METRIC_DRAM_BW_UTIL": 100 * u * 0.4,
-                  "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC": nvl, "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC": nvl * 1.02,
-                  "NVML_GPM_METRIC_PCIE_TX_PER_SEC": self._pcie_kib_s(h, True) / 1024,
-                  "NVML_GPM_METRIC_PCIE_RX_PER_SEC": self._pcie_kib_s(h, False) / 1024}
-        by_id = {_GPM_IDS[n]: v for n, v in values.items()}
+        by_id = dict(zip(_GPM_ID_ORDER, (sm, sm * 0.45, sm * 0.6, 100 * u * 0.4, nvl, nvl * 1.02,
+                                          self._pcie_kib_s(h, True) / 1024, self._pcie_kib_s(h, False) / 1024)))
+        success, unsupported = pynvml.NVML_SUCCESS, pynvml.NVML_ERROR_NOT_SUPPORTED
+        metrics = req.metrics
         for k in range(req.numMetrics):
-            m = req.metrics[k]
-            if m.metricId in by_id:
-                m.nvmlReturn, m.value = pynvml.NVML_SUCCESS, by_id[m.metricId]
+            m = metrics[k]
+            value = by_id.get(m.metricId)
+            if value is not None:
+                m.nvmlReturn, m.value = success, value
             else:
-                m.nvmlReturn, m.value = pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0
+                m.nvmlReturn, m.value = unsupported, 0.0
         return req
 
 
@@ -563,6 +595,8 @@ _GPM_IDS = {n: getattr(pynvml, n) for n in (
     "NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY", "NVML_GPM_METRIC_ANY_TENSOR_UTIL",
     "NVML_GPM_METRIC_DRAM_BW_UTIL", "NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC", "NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC",
     "NVML_GPM_METRIC_PCIE_TX_PER_SEC", "NVML_GPM_METRIC_PCIE_RX_PER_SEC")}
+_GPM_ID_ORDER = tuple(_GPM_IDS.values())   # the order of the values nvmlGpmMetricsGet computes
+_NVLINK_DATA = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 0, pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 1}
 
 
 def fake_cluster_node(n: int = 8, arch: str = "hopper", **kw) -> FakeNvml:

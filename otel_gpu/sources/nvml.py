@@ -144,10 +144,15 @@ class NvmlSource:
             dev.gpm.close()
             dev.gpm = None
 
-    def _status(self, dev: Device) -> tuple[Reading, Reading]:
+    @staticmethod
+    def _status(dev: Device) -> tuple[Reading, Reading]:
+        """hw.status ok / failed (built once per device and state: readings are immutable)."""
         ok = 0 if dev.failed else 1
-        return (Reading(N.GPU_STATUS, ok, dev.tagged(N.HW_STATE, "ok")),
-                Reading(N.GPU_STATUS, 1 - ok, dev.tagged(N.HW_STATE, "failed")))
+        status = dev.status.get(ok)
+        if status is None:
+            status = dev.status[ok] = (Reading(N.GPU_STATUS, ok, dev.tagged(N.HW_STATE, "ok")),
+                                       Reading(N.GPU_STATUS, 1 - ok, dev.tagged(N.HW_STATE, "failed")))
+        return status
 
     # ---- probing (once per device) ---------------------------------------------
     def _probe(self, dev: Device) -> None:

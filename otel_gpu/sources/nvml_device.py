@@ -91,6 +91,7 @@ class Device:
         self.lost_pending: str | None = None       # lost, as found by a background read
         self.slow: tuple[float, list[Reading]] | None = None   # (read at, readings) of the rarely changing fields
         self.by_mask: dict[int, list[Reading]] = {}   # clock-event mask -> its readings
+        self.status: dict[int, tuple[Reading, Reading]] = {}   # 1 ok / 0 failed -> its hw.status readings
         self.proc_attrs: dict[tuple, dict[str, str]] = {}   # (pid, (exe, rank)) -> its readings' attributes
         self.attrs = {N.HW_ID: uuid, N.HW_NAME: name, N.HW_VENDOR: "nvidia", N.HW_TYPE: "gpu",
                       N.GPU_INDEX: str(index)}
