@@ -66,18 +66,19 @@ def test_negative_duration_gives_no_impossible_figure(tmp_path):
 
 
 def test_long_string_across_the_chunk_boundary(tmp_path):
-    """A 2 MB string (a Python stack) that starts before and ends after the 4 Mi-character read."""
-    filler = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "ts": i, "dur": 1} for i in range(40_000)]
-    events = filler + [{"ph": "X", "cat": "cpu_op", "name": "long", "ts": 50_000, "dur": 3,
+    """A 2 MB string (a Python stack) that starts before and ends after the first read."""
+    n = CHUNK_CHARS // 100   # filler events of ~70 characters: the string starts inside the first read
+    filler = [{"ph": "X", "cat": "cpu_op", "name": f"op{i}", "ts": i, "dur": 1} for i in range(n)]
+    events = filler + [{"ph": "X", "cat": "cpu_op", "name": "long", "ts": n + 10, "dur": 3,
                         "args": {"stack": "x" * (2 << 20)}},
-                       {"ph": "X", "cat": "cpu_op", "name": "after", "ts": 60_000, "dur": 1}]
+                       {"ph": "X", "cat": "cpu_op", "name": "after", "ts": n + 20, "dur": 1}]
     text = json.dumps({"traceEvents": events})
     start = text.index('"xxxx')
     assert start < CHUNK_CHARS < start + (2 << 20)  # the string really crosses the first read
     p = tmp_path / "r.json"
     p.write_text(text)
     ev = read_trace(str(p))
-    assert len(ev) == 40_002 and ev.names[ev.name[-1]] == "after"
+    assert len(ev) == n + 2 and ev.names[ev.name[-1]] == "after"
 
 
 def test_integer_of_thousands_of_digits(tmp_path):
