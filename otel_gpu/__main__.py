@@ -3,4 +3,4 @@ import sys
 
 from .cli import main
 
-sys.exit(main())
+sys.exit(main(ending=True))

@@ -13,6 +13,7 @@ import sys
 
 from . import __version__
 from .errors import EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ConfigError, Failure, UsageError
+from .exiting import end_of_process
 
 
 class Parser(argparse.ArgumentParser):
@@ -54,7 +55,13 @@ def build_parser(first: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def console() -> None:
+    """The `otel-gpu` console script (and `python -m otel_gpu`): `main`, then the process ends."""
+    sys.exit(main(ending=True))
+
+
+def main(argv: list[str] | None = None, *, ending: bool = False) -> int:
+    """Run one subcommand; its exit status. `ending`: the process ends right after (see exiting)."""
     args_given = sys.argv[1:] if argv is None else argv
     parser = build_parser(args_given[0] if args_given else None)
     try:
@@ -67,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = int(args.func(args) or 0)
         sys.stdout.flush()   # a closed pipe shows here, not in the interpreter's exit
-        if argv is None and args.subcommand == "trace":
+        if ending and args.subcommand == "trace":
             end_of_process()
         return status
     except (UsageError, ConfigError) as exc:
@@ -84,15 +91,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         return _fail(name, f"internal error: {type(exc).__name__}: {exc} (OTELGPU_DEBUG=1 shows where)",
                      EXIT_FAILURE)
-
-
-def end_of_process() -> None:
-    """The process ends next: leave every object out of the interpreter's final garbage collection
-    (gc.freeze), which would walk them all to free what the OS frees anyway (~20 ms after analysing
-    a large trace set). Finalizers registered with atexit or weakref.finalize still run."""
-    import gc
-
-    gc.freeze()
 
 
 def _fail(name: str, exc, status: int) -> int:

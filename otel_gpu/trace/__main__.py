@@ -3,6 +3,7 @@ import argparse
 import sys
 
 from ..errors import UsageError
+from ..exiting import end_of_process
 from . import cli
 
 
@@ -20,7 +21,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     status = main()
-    from ..cli import end_of_process
-
     end_of_process()
     sys.exit(status)

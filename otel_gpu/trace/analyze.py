@@ -102,8 +102,8 @@ def _rank_results(v, opts: Options, many: bool) -> dict:
 
 
 def _pack_groups(groups: dict) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
-    """(op, sequence) groups of delays as (keys, launches per key, op delays, runtime delays): two
-    float64 arrays for all groups (8 bytes a launch, and one array to pickle instead of two per group)."""
+    """(op, sequence) groups of delays as (keys, op instances per key, op delays, runtime delays): two
+    float64 arrays for all groups (8 bytes an instance, and one array to pickle instead of two per group)."""
     keys = list(groups)
     lengths = np.fromiter((len(groups[k][0]) for k in keys), dtype=np.int64, count=len(keys))
     n = int(lengths.sum())
@@ -113,8 +113,8 @@ def _pack_groups(groups: dict) -> tuple[list, np.ndarray, np.ndarray, np.ndarray
 
 
 def _pool_groups(packed: list[tuple]) -> dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]:
-    """Every rank's packed groups as one group per (op, sequence), the ranks' delays together (in
-    no particular order: the table's sums are exact, ``math.fsum``)."""
+    """Every rank's packed groups as one group per (op, sequence), the ranks' delays together, in
+    rank order and each rank's order (the table's sums are exact whatever the order, ``math.fsum``)."""
     ids: dict = {}
     gid = np.concatenate([np.repeat(np.fromiter((ids.setdefault(k, len(ids)) for k in keys), dtype=np.int64,
                                                 count=len(keys)), lengths)

@@ -154,7 +154,7 @@ def add_shapes(checks: list[dict], views: dict) -> None:
         shapes, why = input_shapes(views[rank].ev.path, {e for _, ext, _ in asks for e in ext})
         for worst, ext, pattern in asks:
             worst["where"].update(shapes_where(shapes, ext, gemm=pattern.startswith("gemm_")))
-            if why:
+            if why and ext:   # (a pattern without ids asked for nothing: no note, as when read alone)
                 worst["where"]["shapes_note"] = why
     for c in checks:
         c.pop("_shape_ext", None)

@@ -13,6 +13,11 @@ carries the earlier ranks' launches into every later rank's table), and an op in
 (name, start) rather than (thread, name, start) because thread ids are not kept in memory
 (two ops of one name starting in the same microsecond on two threads count as one instance).
 Launches whose kernel is missing from the kept events are skipped (HTA raises there).
+
+The analysis groups op instances with array operations (``op_instances``); the row-per-launch
+functions (``aten_op_launches``, ``aten_op_instances``, ``aten_op_kernels``) follow HTA's steps one
+row at a time and are kept as the reference the tests compare with (and for HTA's carried-over
+table in the parity tests).
 """
 from __future__ import annotations
 
@@ -65,9 +70,9 @@ def deepest_wrapping(op_ts: np.ndarray, op_end: np.ndarray, starts: np.ndarray, 
 
 def _matches(v: RankView):
     """Each launch call matched to its op and kernels: (launches, op rows sorted by start, deepest
-    wrapping op per launch (-1: none), first kept kernel per launch (position in ``kernels``), kept
-    kernels per launch, GPU rows, their order by index_correlation, launch starts); None without
-    ops or launches."""
+    wrapping op per launch (index into those ops, -1: none), the launch's first kept kernel as a
+    position ``lo`` in the GPU rows ordered by index_correlation (its row: ``gpu[ic_order[lo]]``),
+    kept kernels per launch, GPU rows, that order, launch starts); None without ops or launches."""
     ev, rows = v.ev, v.rows
     names = ev.names
     aten_ids = [i for i, n in enumerate(names) if n.startswith("aten::")]
@@ -160,10 +165,9 @@ def aten_op_instances(launches: list[dict]) -> list[tuple[str, str, float, float
     return out
 
 
-def group_instances(instances: list[tuple[str, str, float, float]],
-                    groups: dict | None = None) -> dict[tuple[str, str], tuple[list, list]]:
-    """Add op instances to ``groups``: (op, sequence) -> (first op delays, first runtime delays)."""
-    groups = {} if groups is None else groups
+def group_instances(instances: list[tuple[str, str, float, float]]) -> dict[tuple[str, str], tuple[list, list]]:
+    """Op instances by (op, sequence) -> (first op delays, first runtime delays)."""
+    groups: dict = {}
     for op, seq, op_delay, runtime_delay in instances:
         g = groups.get((op, seq))
         if g is None:

@@ -52,12 +52,14 @@ def cell(v):
 
 _QUOTED: dict[str, str] = {"": ""}   # a string -> its field text (ranks repeat op and kernel names)
 _QUOTED_MAX = 1 << 14   # strings remembered at most (then forgotten and remembered anew)
+_QUOTED_LEN = 512   # longer strings (JSON cells, rare long names) are quoted each time, not remembered
 
 
 def field_writer():
     """A function giving a value's field text in a row of several fields, as ``csv.writer`` writes
     it; a string's quoted form is computed by the csv module once and remembered (for the process:
-    every rank's tables name the same ops and kernels)."""
+    every rank's tables name the same ops and kernels; at most ``_QUOTED_MAX`` strings of up to
+    ``_QUOTED_LEN`` characters)."""
     quoted = _QUOTED
     one = io.StringIO()
     w1 = csv.writer(one, lineterminator="\n")
@@ -70,10 +72,12 @@ def field_writer():
                 one.seek(0)
                 one.truncate()
                 w1.writerow([v])
-                if len(quoted) >= _QUOTED_MAX:
-                    quoted.clear()
-                    quoted[""] = ""
-                f = quoted[v] = one.getvalue()[:-1]
+                f = one.getvalue()[:-1]
+                if len(v) <= _QUOTED_LEN:
+                    if len(quoted) >= _QUOTED_MAX:
+                        quoted.clear()
+                        quoted[""] = ""
+                    quoted[v] = f
             return f
         if t is int or t is bool:
             return str(v)

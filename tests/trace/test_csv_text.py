@@ -64,3 +64,23 @@ def test_parts_with_other_columns_are_not_joined():
     made = [(columns(p), rows_text(p, columns(p))) for p in ([{"a": 1, "b": 2}], [{"a": 1, "c": 2}])]
     assert joined_pieces(made, lambda t: t) is None
     assert joined_pieces([(["a"], "1\n")], lambda t: t) is None   # one column: a lone "" is quoted
+
+
+def test_the_remembered_quoting_is_forgotten_and_remade_the_same(monkeypatch):
+    """Past its size the process-wide cache of quoted strings starts again: the text is unchanged, and
+    an empty string still writes as an empty field; long strings are quoted without being remembered."""
+    import csv
+    import io
+
+    from otel_gpu.trace import csv_text
+
+    monkeypatch.setattr(csv_text, "_QUOTED", {"": ""})
+    monkeypatch.setattr(csv_text, "_QUOTED_MAX", 8)
+    rows = [{"a": f"k,{i}", "b": "" if i % 3 else 'q"x', "c": "y" * (csv_text._QUOTED_LEN + i)} for i in range(40)]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=["a", "b", "c"], lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    assert "".join(csv_text.csv_pieces(rows)) == buf.getvalue()
+    assert len(csv_text._QUOTED) <= 8 and "" in csv_text._QUOTED
+    assert not any(len(k) > csv_text._QUOTED_LEN for k in csv_text._QUOTED)
