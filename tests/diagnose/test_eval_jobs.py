@@ -54,6 +54,26 @@ def run_both_ways(vm, tmp_path, name: str, cmd: list[str]):
     return truth, recorded, served
 
 
+def eval_shares(report, truth: dict, way: str, steps: int):
+    """The report's one eval finding, its share per rank within SHARE_TOLERANCE of what each rank
+    measured, and every rank's steps counted as trained, none holding a pass: (finding, share by rank)."""
+    [f] = [x for x in report.findings if x.rule == "eval"]
+    per = f.evidence["per_rank_share"]
+    for k, t in truth.items():
+        assert per[k] == pytest.approx(t["eval_share"], abs=SHARE_TOLERANCE), (way, per, truth, explain(report))
+    for rank in report.window.ranks:
+        t = truth[rank.rank]
+        assert rank.steps == steps and rank.step_count == steps, (way, explain(report))
+        assert rank.mean_step_s <= 1.35 * t["train_step_s"] + 0.005, (way, rank.mean_step_s, t)
+    return f, per
+
+
+def ways_agree(shares: dict, truth: dict) -> None:
+    """The recording's and the PromQL diagnosis' shares per rank within 3 points of each other."""
+    for k in truth:
+        assert shares["recording"][k] == pytest.approx(shares["prometheus"][k], abs=0.03)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_evaluation_share_as_measured_and_nothing_else_named(victoriametrics, tmp_path, case):
     script, flags, counted = CASES[case]
@@ -65,20 +85,11 @@ def test_evaluation_share_as_measured_and_nothing_else_named(victoriametrics, tm
         victoriametrics, tmp_path, case, torchrun(JOBS / script, str(tmp_path / "truth{rank}.json"), *extra, *flags))
     shares = {}
     for way, report in (("recording", recorded), ("prometheus", served)):
-        [f] = [x for x in report.findings if x.rule == "eval"]
-        per = f.evidence["per_rank_share"]
+        f, per = eval_shares(report, truth, way, counted)   # the steps as trained, none added, no pass in any
         shares[way] = per
-        for k, t in truth.items():
-            assert per[k] == pytest.approx(t["eval_share"], abs=SHARE_TOLERANCE), (way, per, truth, explain(report))
         assert f.lost_share == pytest.approx(max(per.values()), abs=1e-4) and f.severity in ("warning", "critical"), (way, f.severity)
         assert "less often" in f.action and "fewer batches" in f.action and "asynchronously" in f.action
         assert not [x for x in report.findings if x.rule == "straggler" and x.severity != "info"], (way, explain(report))
-        for rank in report.window.ranks:
-            t = truth[rank.rank]
-            # the steps as trained, none added; no step holds an evaluation pass
-            assert rank.steps == counted and rank.step_count == counted, (way, explain(report))
-            assert rank.mean_step_s <= 1.35 * t["train_step_s"] + 0.005, (way, rank.mean_step_s, t)
     print(f"{case}: eval share per rank, recording {shares['recording']}, prometheus {shares['prometheus']}, "
           f"measured { {k: round(t['eval_share'], 4) for k, t in truth.items()} }")
-    for k in truth:
-        assert shares["recording"][k] == pytest.approx(shares["prometheus"][k], abs=0.03)
+    ways_agree(shares, truth)
