@@ -6,17 +6,16 @@ compact numpy arrays (:class:`RankEvents`). Times are microseconds (us).
 """
 from __future__ import annotations
 
-import gzip
 import json
 import os
 import re
-import zlib
 from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..words import count
+from .gz import READ_ERRORS, open_text
 from .intake import JSON_BACKEND, TIME_LIMIT_US, Collector, decode_piece  # noqa: F401 (re-exported)
 
 CHUNK_CHARS = 1 << 19  # characters of text per read: 512 Ki (larger chunks read a third slower: the decoded
@@ -100,7 +99,7 @@ class _Text:
         raw = open(path, "rb")
         head = raw.read(2)
         raw.seek(0)
-        self._fh = gzip.open(raw, "rt", encoding="utf-8-sig") if head == b"\x1f\x8b" else open(
+        self._fh = open_text(raw) if head == b"\x1f\x8b" else open(
             path, "rt", encoding="utf-8-sig")
         if head == b"\x1f\x8b":
             self._raw = raw
@@ -124,7 +123,7 @@ class _Text:
             return False
         try:
             chunk = self._fh.read(self.chunk_chars)
-        except (EOFError, OSError, zlib.error, UnicodeDecodeError) as exc:
+        except READ_ERRORS as exc:
             raise TraceFormatError(f"{self.path}: cannot read ({exc.__class__.__name__}: {exc})") from None
         if not chunk:
             self.eof = True

@@ -1,11 +1,15 @@
 """The streaming reader: formats, chunk boundaries, rounding, and clear errors on bad files."""
 import gzip
+import io
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
+from otel_gpu.trace import gz
 from otel_gpu.trace.parse import TraceFormatError, read_trace
 from tests.shared_data import require_shared_data
 from kineto import training_trace
@@ -93,3 +97,59 @@ def test_legacy_2021_format_fields():
     ev = read_trace(os.path.join(src, os.listdir(src)[0]))
     assert "Kernel" in ev.names and "Runtime" in ev.names
     assert (ev.external_id >= 0).sum() > 1000  # legacy "external id" spelling is read too
+
+
+def _damaged(data: bytes) -> dict[str, bytes]:
+    """The same gzip file cut short, with a flipped byte in its deflate stream, with an invalid deflate
+    block (zlib.error / isal's IsalError), with a bad CRC, with garbage after it, and with a gzip
+    header but no deflate stream."""
+    flipped = bytearray(data)
+    flipped[len(data) // 2] ^= 0xFF
+    return {"truncated": data[: len(data) // 2], "flipped": bytes(flipped),
+            "invalid block": data[:10] + b"\xff" * 20 + data[30:],
+            "bad crc": data[:-8] + bytes(4) + data[-4:], "trailing garbage": data + b"garbage",
+            "header only": data[:10]}
+
+
+@pytest.mark.parametrize("backend", gz.backends())
+def test_gzip_backends_read_the_same_text(backend):
+    """Each gzip reader this process has gives the standard library's text, multi-member files too."""
+    data = open(REAL, "rb").read()
+    want = gzip.decompress(data).decode("utf-8-sig")
+    for blob, text in [(data, want), (data + data, want + want)]:
+        with gz.open_text(io.BytesIO(blob), backend) as fh:
+            assert fh.read() == text
+
+
+@pytest.mark.parametrize("backend", gz.backends())
+@pytest.mark.parametrize("case", list(_damaged(b"\x1f\x8b")))
+def test_damaged_gzip_raises_a_read_error(backend, case):
+    """A damaged file raises one of READ_ERRORS with either reader: the reader turns it into one
+    line naming the file (test_damaged_gzip_is_one_clear_line)."""
+    data = _damaged(open(REAL, "rb").read())[case]
+    with pytest.raises(gz.READ_ERRORS):
+        with gz.open_text(io.BytesIO(data), backend) as fh:
+            while fh.read(1 << 16):
+                pass
+
+
+@pytest.mark.parametrize("case", list(_damaged(b"\x1f\x8b")))
+def test_damaged_gzip_is_one_clear_line(tmp_path, case):
+    p = tmp_path / "bad.json.gz"
+    p.write_bytes(_damaged(open(REAL, "rb").read())[case])
+    with pytest.raises(TraceFormatError, match=r"bad\.json\.gz: ") as got:
+        read_trace(str(p))
+    assert "\n" not in str(got.value)
+
+
+def test_standard_library_gzip_reads_the_same_events(tmp_path):
+    """OTELGPU_TRACE_GZIP=zlib (the reader without isal) reads the very events of the default one."""
+    out = tmp_path / "events.npz"
+    code = ("import sys, numpy as np; from otel_gpu.trace import gz; from otel_gpu.trace.parse import read_trace; "
+            "assert gz.GZIP_BACKEND == 'zlib'; e = read_trace(sys.argv[1]); "
+            "np.savez(sys.argv[2], ts=e.ts, dur=e.dur, name=e.name, names=np.array(e.names))")
+    env = dict(os.environ, OTELGPU_TRACE_GZIP="zlib")
+    subprocess.run([sys.executable, "-c", code, REAL, str(out)], check=True, env=env)
+    got, ev = np.load(out), read_trace(REAL)
+    assert np.array_equal(got["ts"], ev.ts) and np.array_equal(got["dur"], ev.dur)
+    assert np.array_equal(got["name"], ev.name) and got["names"].tolist() == ev.names
