@@ -71,7 +71,7 @@ def _via_proc(path: str) -> tuple[bool, int | None]:
     return False, None
 
 
-def _input_ids(inputs: Iterable) -> dict[tuple[int, int], str]:
+def input_ids(inputs: Iterable) -> dict[tuple[int, int], str]:
     """(device, inode) -> name of each input that exists (stat once, however many outputs)."""
     ids: dict[tuple[int, int], str] = {}
     for i in inputs:
@@ -84,7 +84,7 @@ def _input_ids(inputs: Iterable) -> dict[tuple[int, int], str]:
 
 
 def _same_input(st: os.stat_result, inputs: Iterable | dict) -> str | None:
-    ids = inputs if isinstance(inputs, dict) else _input_ids(inputs)
+    ids = inputs if isinstance(inputs, dict) else input_ids(inputs)
     return ids.get((st.st_dev, st.st_ino))
 
 
@@ -159,11 +159,13 @@ def _write_fd(fd: int, data: bytes, name: str) -> None:
 class _Staged:
     """One output on its way: for REPLACE the whole text is in a synced temporary file."""
 
-    def __init__(self, target: Target, data: bytes | Iterator[bytes], exclusive: bool, sync: bool = True):
+    def __init__(self, target: Target, data: bytes | Iterator[bytes], exclusive: bool, sync: bool = True,
+                 tag: str = ""):
         if not isinstance(data, bytes) and target.kind != REPLACE:
             data = b"".join(data)   # written at commit time: the whole text is needed then
         self.target, self.data, self.exclusive = target, data, exclusive
         self.sync = sync   # False: the caller syncs the temporary file (with others) before commit
+        self.tag = tag   # in the temporary file's name (see discard_tagged)
         self.tmp: str | None = None
         if exclusive and target.st is not None:
             raise FileExistsError(errno.EEXIST, "exists; not overwriting", target.path)
@@ -174,7 +176,8 @@ class _Staged:
 
     def _stage(self) -> None:
         t = self.target
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(t.real)}.", suffix=".tmp",
+        tag = f"{self.tag}." if self.tag else ""
+        fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(t.real)}.{tag}", suffix=".tmp",
                                         dir=os.path.dirname(t.real) or ".")
         try:
             self._fill(fd)
@@ -321,20 +324,49 @@ def _sync_staged(staged: list[_Staged]) -> None:
             os.close(fd)
 
 
-def write_all(items: Iterable[tuple[str | os.PathLike, str | bytes | Iterable[str | bytes]]], inputs: Iterable = (), *,
-              labels: Iterable[str | None] | None = None, exclusive: bool = False) -> list[Path]:
+def stage(path: str | os.PathLike, data: str | bytes, inputs: Iterable | dict = (), *, label: str | None = None,
+          tag: str = "") -> _Staged:
+    """One output checked (`plan`) and, when it is replaced, its temporary file written now (not
+    synced), possibly in another process, to be passed later as that output's data to `write_all`,
+    which syncs and commits it with the rest; until then `discard()` undoes it. `tag` goes in the
+    temporary file's name, so that `discard_tagged` finds what a process that died left behind."""
+    return _Staged(plan(path, inputs, label), _bytes(data), exclusive=False, sync=False, tag=tag)
+
+
+def discard_tagged(folder: str, tag: str) -> None:
+    """Remove the temporary files `stage(..., tag=tag)` left in `folder` (none once committed)."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if name.startswith(".") and f".{tag}." in name and name.endswith(".tmp"):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except FileNotFoundError:
+                pass
+
+
+def write_all(items: Iterable[tuple[str | os.PathLike, str | bytes | Iterable[str | bytes] | _Staged]],
+              inputs: Iterable = (), *, labels: Iterable[str | None] | None = None,
+              exclusive: bool = False) -> list[Path]:
     """Write several outputs as one: each path is checked and its file staged in turn (``items``
     may be a generator, and an output's data an iterable of text pieces: then only one piece need
-    be in memory), the staged files are synced together, then all are put in place; an error
-    before that leaves every path as it was."""
-    ids = _input_ids(inputs)
+    be in memory, or what `stage` made of it already), the staged files are synced together, then
+    all are put in place; an error before that leaves every path as it was."""
+    ids = input_ids(inputs)
     labels = iter(labels) if labels is not None else None
     staged: list[_Staged] = []
     paths: list[Path] = []
     try:
         for p, data in items:
-            t = plan(p, ids, next(labels, None) if labels is not None else None)
-            staged.append(_Staged(t, _bytes(data), exclusive, sync=False))
+            label = next(labels, None) if labels is not None else None
+            if isinstance(data, _Staged):
+                staged.append(data)
+                if exclusive or data.target.path != os.fspath(p):   # a caller's mistake, not the user's
+                    raise ValueError(f"{p}: staged for {data.target.path}, exclusive={exclusive}")
+            else:
+                staged.append(_Staged(plan(p, ids, label), _bytes(data), exclusive, sync=False))
             paths.append(Path(p))
         _sync_staged(staged)
         for s in staged:

@@ -117,3 +117,49 @@ def test_pieces_for_a_file_that_cannot_be_given_back_are_rewritten_in_place(tmp_
     st_ = os.stat(p)
     assert (st_.st_uid, st_.st_gid) == (12345, 12345) and stat.S_ISREG(st_.st_mode)
     assert p.read_text() == "".join(f"{j}\n" for j in range(1000)) and os.listdir(tmp_path) == ["other.csv"]
+
+
+def test_staged_ahead_is_committed_with_the_rest(tmp_path):
+    """What `stage` wrote (possibly in another process) is put in place by `write_all` with the
+    other outputs: same bytes, same mode rules, no temporary file left."""
+    (tmp_path / "old.csv").write_text("old")
+    os.chmod(tmp_path / "old.csv", 0o640)
+    ahead = [output.stage(os.fspath(tmp_path / n), f"{n} text\n", tag="t1") for n in ("new.csv", "old.csv")]
+    assert all(s.tmp and ".t1." in os.path.basename(s.tmp) for s in ahead)
+    assert (tmp_path / "old.csv").read_text() == "old"   # nothing in place before write_all
+    output.write_all([(tmp_path / "a.csv", "a\n"), (os.fspath(tmp_path / "new.csv"), ahead[0]),
+                      (os.fspath(tmp_path / "old.csv"), ahead[1])])
+    assert sorted(os.listdir(tmp_path)) == ["a.csv", "new.csv", "old.csv"]
+    assert (tmp_path / "new.csv").read_text() == "new.csv text\n"
+    assert (tmp_path / "old.csv").read_text() == "old.csv text\n"
+    assert stat.S_IMODE(os.stat(tmp_path / "old.csv").st_mode) == 0o640
+
+
+def test_staged_ahead_is_discarded_when_the_batch_fails(tmp_path):
+    ahead = output.stage(os.fspath(tmp_path / "r0.csv"), "x\n", tag="t2")
+
+    def items():
+        yield os.fspath(tmp_path / "r0.csv"), ahead
+        raise OSError(28, "No space left on device")
+    with pytest.raises(OSError):
+        output.write_all(items())
+    assert os.listdir(tmp_path) == []
+
+
+def test_staged_ahead_for_another_path_is_refused(tmp_path):
+    ahead = output.stage(os.fspath(tmp_path / "r0.csv"), "x\n")
+    with pytest.raises(ValueError, match="staged for"):
+        output.write_all([(os.fspath(tmp_path / "r1.csv"), ahead)])
+    assert os.listdir(tmp_path) == []
+
+
+def test_discard_tagged_removes_only_that_tag(tmp_path):
+    """What a process that died after `stage(..., tag=T)` left is found by its tag; nothing else is touched."""
+    mine = [output.stage(os.fspath(tmp_path / f"r{i}.csv"), "x\n", tag="deadbeef") for i in range(3)]
+    other = output.stage(os.fspath(tmp_path / "r0.csv"), "y\n", tag="cafe")
+    (tmp_path / "keep.csv").write_text("k")
+    (tmp_path / ".hidden.tmp").write_text("h")
+    output.discard_tagged(os.fspath(tmp_path), "deadbeef")
+    assert not any(os.path.exists(s.tmp) for s in mine) and os.path.exists(other.tmp)
+    assert sorted(os.listdir(tmp_path)) == sorted([".hidden.tmp", "keep.csv", os.path.basename(other.tmp)])
+    output.discard_tagged(os.fspath(tmp_path / "gone"), "deadbeef")   # a folder that is not there: nothing to do

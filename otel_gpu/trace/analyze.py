@@ -65,16 +65,16 @@ def _kernel_sequences(views, opts: Options, notes: list[str]) -> list[dict]:
     return rows
 
 
-def _one_rank(v, opts: Options, many: bool = True) -> dict:
+def _one_rank(v, opts: Options, many: bool = True, keep_file=rank_csv.packed) -> dict:
     """Everything computed from one rank alone (run in a worker process when there are several);
-    ``many``: the set has several ranks (the straggler analysis runs)."""
+    ``many``: the set has several ranks (the straggler analysis runs); ``keep_file``: see ``analyze``."""
     try:
-        return _rank_results(v, opts, many)
+        return _rank_results(v, opts, many, keep_file)
     finally:
         v.clear_cache()   # what the analyses shared is not kept with the rank
 
 
-def _rank_results(v, opts: Options, many: bool) -> dict:
+def _rank_results(v, opts: Options, many: bool, keep_file) -> dict:
     temporal = breakdown.temporal_breakdown(v)
     idle_rows, idle_stats = idle.idle_time_breakdown(v, opts.consecutive_kernel_delay)
     pairs = launch.launch_pairs(v)
@@ -88,7 +88,7 @@ def _rank_results(v, opts: Options, many: bool) -> dict:
         "overlap": breakdown.comm_comp_overlap(v),
         "stragglers": stragglers.rank_part(v) if many else None, "steps": rank_steps(v),
         "launch": {"rank": v.rank, **launch.launch_summary(pairs, opts.runtime_cutoff, opts.launch_delay_cutoff)},
-        "has_pairs": bool(pairs["correlation"].size), "csv": rank_csv.rank_files(v, _for_csv(pairs)),
+        "has_pairs": bool(pairs["correlation"].size), "csv": rank_csv.rank_files(v, _for_csv(pairs), keep_file),
         "queue": counters.queue_length_summary(v), "blocked": counters.blocked_on_full_queue(v, opts.max_queue_length),
         "membw": counters.memory_bw_summary(v),
         "aten": aten_rows,
@@ -145,9 +145,11 @@ def _share_strings(p: dict) -> dict:
     return p
 
 
-def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None) -> dict:
+def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None,
+            keep_file=rank_csv.packed) -> dict:
     """All analyses of ``ts``; each rank's time-series and launch-pair CSV files are kept under
-    ``_rank_csv`` (compressed, see :mod:`rank_csv`).
+    ``_rank_csv`` as ``keep_file(name, text)`` makes them where the rank is analysed (default: the
+    compressed text, see :mod:`rank_csv`; None: the files are not made).
 
     What each rank needs alone is computed in ``jobs`` forked workers (default one per core) when
     the set is large enough to pay for them; the result is the same either way."""
@@ -159,7 +161,8 @@ def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None) 
     # np.unique imports numpy.ma on its first call (numpy 2): once here, before the workers fork,
     # rather than once in each worker and again in this process
     import numpy.ma  # noqa: F401
-    per = fork_map(partial(_one_rank, opts=opts, many=len(views) > 1), views, jobs, post=_share_strings)
+    per = fork_map(partial(_one_rank, opts=opts, many=len(views) > 1, keep_file=keep_file), views, jobs,
+                   post=_share_strings)
     temporal = {v.rank: p["temporal"] for v, p in zip(views, per)}
     types, kernels = breakdown.combine_kernel_breakdowns([p["kernels"] for p in per])
     idle_rows = [r for p in per for r in p["idle"]]
@@ -219,7 +222,7 @@ def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None) 
         "checks": checks,
         "thresholds": thresholds_dict(opts.thresholds),
         "_views": views,
-        "_rank_csv": [p["csv"] for p in per],  # per-rank time-series and launch-pair CSVs, compressed
+        "_rank_csv": [p["csv"] for p in per],  # per-rank time-series and launch-pair CSVs, as keep_file made them
         "_aten_csv": [p["aten_csv"] for p in per],  # each rank's aten_op_kernels.csv lines: (columns, compressed)
     }
 

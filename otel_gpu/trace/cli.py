@@ -239,6 +239,7 @@ def run_analyze(args) -> int:
     ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs, meanwhile=_import_analysis)
     from .analyze import Options, analyze
     from .report import csv_files, render_analysis, render_findings
+    from .report_files import RankFileStage, StageFailed
 
     opts = Options(num_kernels=args.num_kernels, duration_ratio=args.duration_ratio,
                    consecutive_kernel_delay=args.kernel_delay, runtime_cutoff=args.runtime_cutoff,
@@ -249,9 +250,20 @@ def run_analyze(args) -> int:
                    critical_path_instance=args.critical_path_step)
     opts.thresholds.runtime_cutoff_us = args.runtime_cutoff
     opts.thresholds.min_time_share_pct = args.min_impact
-    doc = analyze(ts, opts, args.jobs)
-    if not _write(args, doc, csv_files(doc) if args.csv_dir else None, inputs):
+    stage = None   # with --csv, each rank's own CSV files are staged where the rank is analysed
+    try:
+        if args.csv_dir:
+            stage = RankFileStage(args.csv_dir, inputs)
+        doc = analyze(ts, opts, args.jobs, keep_file=stage)
+        if not _write(args, doc, csv_files(doc) if args.csv_dir else None, inputs):
+            return 1
+    except StageFailed as exc:   # the --csv folder cannot be made, or a rank's file cannot be staged
+        print(f"otel-gpu trace: cannot write outputs: {exc.strerror or exc} ({exc.filename or ''})",
+              file=sys.stderr)
         return 1
+    finally:
+        if stage is not None:
+            stage.close()
     if args.quiet:
         render_findings(doc, _console())
     else:

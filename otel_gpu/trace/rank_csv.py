@@ -1,10 +1,12 @@
 """The per-rank CSV files (queue-length and memory-bandwidth time series, launch pairs), made where
-the rank is analysed (a worker process on large sets) and kept zlib-compressed until written: the
-main process neither recomputes the series nor holds every rank's text at once."""
+the rank is analysed (a worker process on large sets) and either staged there as files (the CLI with
+--csv) or kept zlib-compressed until written: the main process neither recomputes the series nor
+holds every rank's text at once."""
 from __future__ import annotations
 
 import zlib
 from itertools import repeat
+from typing import Callable
 
 from . import counters
 from .csv_text import field_writer
@@ -33,17 +35,28 @@ def pairs_csv(pairs: dict) -> str:
     return ",".join(PAIR_COLUMNS) + "\n" + (body + "\n" if body else "")
 
 
-def rank_files(v, pairs: dict) -> dict[str, list[tuple[str, bytes]]]:
-    """The rank's series and launch-pair files: {"series": [(name, packed)], "pairs": [(name, packed)]}."""
-    queue = series_csv(("ts", "stream", "queue_length"), counters.queue_length_series(v))
-    membw = series_csv(("ts", "name", "memory_bw_gbps"), counters.memory_bw_series(v))
-    return {"series": [(f"queue_length_series_rank{v.rank}.csv", pack(queue)),
-                       (f"memory_bw_series_rank{v.rank}.csv", pack(membw))],
-            "pairs": [(f"cuda_kernel_launch_stats_rank{v.rank}.csv", pack(pairs_csv(pairs)))]}
+def rank_files(v, pairs: dict, keep: Callable[[str, str], object] | None) -> dict[str, list[tuple[str, object]]]:
+    """The rank's series and launch-pair files: {"series": [(name, kept)], "pairs": [(name, kept)]}
+    where ``kept`` is what ``keep(name, text)`` makes of each file (``packed``: its compressed text;
+    the CLI stages the file itself, see report_files.RankFileStage); ``keep`` None: no file is made."""
+    if keep is None:
+        return {"series": [], "pairs": []}
+    queue_name, membw_name = f"queue_length_series_rank{v.rank}.csv", f"memory_bw_series_rank{v.rank}.csv"
+    pairs_name = f"cuda_kernel_launch_stats_rank{v.rank}.csv"
+    return {"series": [(queue_name, keep(queue_name, series_csv(("ts", "stream", "queue_length"),
+                                                               counters.queue_length_series(v)))),
+                       (membw_name, keep(membw_name, series_csv(("ts", "name", "memory_bw_gbps"),
+                                                               counters.memory_bw_series(v))))],
+            "pairs": [(pairs_name, keep(pairs_name, pairs_csv(pairs)))]}
 
 
 def pack(text: str) -> bytes:
     return zlib.compress(text.encode("utf-8"), 1)
+
+
+def packed(name: str, text: str) -> bytes:
+    """A file kept in memory until written: its text compressed (``unpack`` gives its bytes)."""
+    return pack(text)
 
 
 def unpack(packed: bytes) -> bytes:

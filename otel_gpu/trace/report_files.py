@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 
 from .. import output
 from . import rank_csv
@@ -51,11 +52,53 @@ def csv_files(doc: dict):
     yield "potential_stragglers.csv", _csv_text([{"rank": int(r), "steps_flagged": n,
                                                   "potential_straggler": int(r) in ps.get("ranks", [])}
                                                  for r, n in (ps.get("counts") or {}).items()])
-    per_rank = doc.get("_rank_csv", [])  # made with each rank's analysis (rank_csv), compressed
+    per_rank = doc.get("_rank_csv", [])  # made with each rank's analysis (rank_csv): compressed, or staged
     for kind in ("series", "pairs"):
         for files in per_rank:
-            for name, packed in files[kind]:
-                yield name, rank_csv.unpack(packed)
+            for name, kept in files[kind]:
+                yield name, rank_csv.unpack(kept) if isinstance(kept, bytes) else kept
+
+
+class StageFailed(OSError):
+    """A rank's CSV file could not be staged in the --csv folder (the OSError's errno, text and file)."""
+
+
+class RankFileStage:
+    """``analyze``'s ``keep_file`` for ``--csv DIR``: each rank's series and launch-pair files are
+    staged where the rank is analysed (a worker process on large sets), as temporary files in DIR
+    (``output.stage``), which ``write_outputs`` then syncs and renames with the other outputs: the
+    main process neither compresses, holds nor writes them. A name in DIR that is a link to another
+    folder, or not a regular file, is left to ``write_outputs`` (the text comes back compressed).
+    ``close()`` removes what a failed run staged (a worker that died included) and DIR when this
+    object made it and it stayed empty."""
+
+    def __init__(self, csv_dir: str, inputs: list[str] = ()):
+        self.dir = csv_dir
+        self.made = not os.path.isdir(csv_dir)
+        if self.made:
+            try:
+                os.makedirs(csv_dir)
+            except OSError as exc:
+                raise StageFailed(exc.errno, exc.strerror, exc.filename or csv_dir) from None
+        self.real = os.path.realpath(csv_dir)
+        self.inputs = output.input_ids(inputs)
+        self.tag = f"otelgpu{os.getpid()}x{secrets.token_hex(4)}"
+
+    def __call__(self, name: str, text: str):
+        path = os.path.join(self.dir, name)
+        label = f"--csv {self.dir}"
+        try:
+            t = output.plan(path, self.inputs, label)
+            if t.kind != output.REPLACE or os.path.dirname(t.real) != self.real:
+                return rank_csv.pack(text)
+            return output.stage(path, text, self.inputs, label=label, tag=self.tag)
+        except OSError as exc:
+            raise StageFailed(exc.errno, exc.strerror, exc.filename or path) from None
+
+    def close(self) -> None:
+        output.discard_tagged(self.real, self.tag)
+        if self.made and not os.listdir(self.dir):
+            os.rmdir(self.dir)   # a failed run leaves no folder behind
 
 
 def diff_csv(doc: dict) -> dict[str, str]:
