@@ -91,40 +91,58 @@ class Store:
 
     def put(self, source: str, readings: Iterable[Reading], now: float) -> None:
         """Replace everything `source` reported before with `readings` taken at `now` (s)."""
+        if not isinstance(readings, (list, tuple)):
+            readings = list(readings)
         with self._lock:
             self._serial += 1
             serial, oldest = self._serial, now - self.window_s
             prev = self._slots.get(source, ())
             n_prev = len(prev)
-            slots: list[_Slot] | None = None   # built only once a reading is not in its last slot
-            i = -1
-            for i, (spec, value, attrs) in enumerate(readings):
-                slot = prev[i] if i < n_prev else None
-                if slot is None or slot[0] is not spec or slot[1] is not attrs:
-                    if slots is None:
-                        slots = list(prev[:i])
-                    slot = self._slot(spec, attrs)
-                if slots is not None:
-                    slots.append(slot)
+            # the common case first: each reading in the slot it had last time (same spec, same
+            # attributes object); a reading that is not goes on below, from where it stands
+            i = 0
+            for slot, (spec, value, attrs) in zip(prev, readings):
+                if slot[0] is not spec or slot[1] is not attrs:
+                    break
                 cell = slot[3]
                 cell.value = value
-                cell.serial = serial
-                times = cell.times
-                if times is not None:   # windowed: _Cell.add, inlined (the hottest loop of a round)
+                values = cell.values
+                if values is not None:   # windowed: _Cell.add, inlined (the hottest loop of a round)
+                    times = cell.times
                     times.append(now)
-                    cell.values.append(value)
+                    values.append(value)
                     cell.total += value
                     cell.fresh += 1
                     if times[0] < oldest:
                         cell.trim(oldest)
-            if slots is None and i + 1 == n_prev:
+                i += 1
+            if i == n_prev == len(readings):
                 return   # the same series as last time, in the same order: none gone
+            for slot in prev[:i]:
+                slot[3].serial = serial   # reported: not gone
+            slots = list(prev[:i])
+            for spec, value, attrs in readings[i:]:
+                slot = prev[i] if i < n_prev else None
+                if slot is None or slot[0] is not spec or slot[1] is not attrs:
+                    slot = self._slot(spec, attrs)
+                slots.append(slot)
+                i += 1
+                cell = slot[3]
+                cell.value = value
+                cell.serial = serial
+                if cell.times is not None:
+                    cell.times.append(now)
+                    cell.values.append(value)
+                    cell.total += value
+                    cell.fresh += 1
+                    if cell.times[0] < oldest:
+                        cell.trim(oldest)
             for spec, _, key, cell in prev:
                 if cell.serial != serial:   # not reported this time: gone
                     series = self._series.get(spec.name, {})
                     if series.get(key) is cell:
                         del series[key]
-            self._slots[source] = slots if slots is not None else list(prev[:i + 1])
+            self._slots[source] = slots
 
     def _slot(self, spec: MetricSpec, attrs: Mapping[str, str]) -> _Slot:
         series = self._series.get(spec.name)

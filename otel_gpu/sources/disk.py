@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, NamedTuple
 
 from .. import names
-from ..readings import Reading, SourceError
+from ..readings import Reading, SourceError, new_reading
 from .net import CounterState
 from .procfields import counters, read_text
 
@@ -220,7 +220,7 @@ class DiskSource:
                         self.resets += 1
                         if s.name in self._present:  # a re-added device starts from 0: fine
                             self.partial_errors += 1
-                add(Reading(spec, float(total * scale), attrs))
+                add(new_reading(Reading, (spec, float(total * scale), attrs)))
         return out
 
     # -- filesystems

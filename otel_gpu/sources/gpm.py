@@ -16,7 +16,7 @@ from ..names import (
     DIRECTION, GPU_DRAM_ACTIVITY, GPU_NVLINK_RATE, GPU_PCIE_RATE,
     GPU_SM_ACTIVITY, GPU_SM_OCCUPANCY, GPU_TENSOR_ACTIVITY,
 )
-from ..readings import Reading
+from ..readings import Reading, new_reading
 from . import nvml_errors
 
 MIB = 1024 * 1024
@@ -71,7 +71,7 @@ def gpm_readings(values: dict[str, float], attrs: dict[str, str], *, nvlink: boo
             a = tagged(DIRECTION, direction)
         else:
             a = {**attrs, DIRECTION: direction}
-        out.append(Reading(spec, max(value, 0.0), a))
+        out.append(new_reading(Reading, (spec, max(value, 0.0), a)))
     return out
 
 

@@ -12,7 +12,7 @@ from typing import Any, Callable
 import psutil
 
 from .. import names
-from ..readings import SLOW_READ_S, Reading, SourceError
+from ..readings import SLOW_READ_S, Reading, SourceError, new_reading
 from .hostproc import ProcHost
 
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -130,7 +130,7 @@ class HostSource:
                 fractions = cpu_fractions(self._prev_cpu, cpu)
                 if fractions is None:
                     return self._rest(out)  # within one tick: keep the older sample as the base
-                out += [Reading(names.CPU_UTILIZATION, f, _MODE_ATTRS[m]) for m, f in fractions.items()]
+                out += [new_reading(Reading, (names.CPU_UTILIZATION, f, _MODE_ATTRS[m])) for m, f in fractions.items()]
             self._prev_cpu = cpu
             self._last["cpu_modes"] = sorted(cpu)
         return self._rest(out)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Hashable, Iterable
 
 from .. import names
-from ..readings import Reading, SourceError
+from ..readings import Reading, SourceError, new_reading
 from .procfields import counter, counters, read_text
 
 # /proc/net/dev columns after "iface:", receive then transmit (8 each).
@@ -267,7 +267,7 @@ class NetSource:
                     self.resets += 1
                     if iface in self._present:  # a reappearing interface starts at 0: fine
                         self.partial_errors += 1
-                add(Reading(spec, float(total), attrs))
+                add(new_reading(Reading, (spec, float(total), attrs)))
             speed = self._speed(iface)
             if speed is not None:
                 add(Reading(names.NET_LIMIT, speed, limit))

@@ -16,7 +16,6 @@ round instead (the reference the cadence is checked against).
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 from functools import partial
@@ -24,14 +23,14 @@ from functools import partial
 import pynvml
 
 from .. import names as N
-from ..readings import SLOW_READ_S, Reading, SourceError
+from ..readings import SLOW_READ_S, Reading, SourceError, new_reading
 from . import gpm as gpm_mod
 from . import nvml_errors as E
 from .nvml_cadence import BUDGET_CPU, timed
 from .nvml_costs import FIELDS, CostlyFields
 from .nvml_device import (CLOCK_FNS, CLOCK_REASONS, KIB, MIG_RESCAN_S, SKIP, Device, DeviceLost, call,
                           clock_reason_items, clock_reason_values, mig_profile, text)
-from .procenv import rank_of
+from .nvml_procs import GpuProcesses
 
 _VALUE_FIELD = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}  # by valueType
 __all__ = ["CLOCK_REASONS", "MIG_RESCAN_S", "NvmlSource", "clock_reason_values", "mig_profile"]
@@ -56,7 +55,7 @@ class NvmlSource:
     def __init__(self, nvml=pynvml, proc_root: str = "/proc", clock=time.monotonic, gpm: bool = True,
                  cadence: bool = True, background: bool = False, budget_cpu: float = BUDGET_CPU,
                  interval_s: float | None = None):
-        self._nvml, self._proc_root, self._clock, self._gpm_on = nvml, proc_root, clock, gpm
+        self._nvml, self._clock, self._gpm_on = nvml, clock, gpm
         # _call(dev, field, fn_name, *args): nvml.<fn_name>(*args), or SKIP when unsupported
         # (remembered) or failing now (counted); see nvml_device.call
         self._call = partial(call, nvml, self._error)
@@ -64,7 +63,7 @@ class NvmlSource:
         self._errors = 0
         self._errors_lock = threading.Lock()
         self._pids: set[int] = set()
-        self._proc_cache: dict[int, tuple[str, str | None]] = {}
+        self._procs = GpuProcesses(self._call, proc_root)
         try:
             nvml.nvmlInit()
         except pynvml.NVMLError as err:
@@ -130,7 +129,7 @@ class NvmlSource:
                     self._mark_lost(dev, str(lost))
             out.extend(self._status(dev))
         self._pids = pids
-        self._proc_cache = {p: v for p, v in self._proc_cache.items() if p in pids}
+        self._procs.keep(pids)
         return out
 
     def gpu_pids(self) -> set[int]:
@@ -219,20 +218,20 @@ class NvmlSource:
         task = dev.tagged(N.GPU_TASK, "general")
         u = self._call(dev, "utilization", "nvmlDeviceGetUtilizationRates", h)
         if u is not SKIP:
-            add(Reading(N.GPU_UTILIZATION, u.gpu / 100.0, task))
-            add(Reading(N.GPU_MEMORY_UTILIZATION, u.memory / 100.0, task))
+            add(new_reading(Reading, (N.GPU_UTILIZATION, u.gpu / 100.0, task)))
+            add(new_reading(Reading, (N.GPU_MEMORY_UTILIZATION, u.memory / 100.0, task)))
         out.extend(self._memory(dev))
         p = self._call(dev, "power", "nvmlDeviceGetPowerUsage", h)
         if p is not SKIP:
-            add(Reading(N.GPU_POWER, p / 1000.0, a))                     # mW -> W
+            add(new_reading(Reading, (N.GPU_POWER, p / 1000.0, a)))   # mW -> W
         out.extend(self._costly.energy(dev, now))
         t = self._call(dev, "temperature", "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
         if t is not SKIP:
-            add(Reading(N.GPU_TEMPERATURE, float(t), a))
+            add(new_reading(Reading, (N.GPU_TEMPERATURE, float(t), a)))
         for domain, clock in (("sm", nvml.NVML_CLOCK_SM), ("memory", nvml.NVML_CLOCK_MEM)):
             c = self._call(dev, f"clock_{domain}", "nvmlDeviceGetClockInfo", h, clock)
             if c is not SKIP:
-                add(Reading(N.GPU_CLOCK, c * 1e6, dev.tagged(N.CLOCK_DOMAIN, domain)))  # MHz -> Hz
+                add(new_reading(Reading, (N.GPU_CLOCK, c * 1e6, dev.tagged(N.CLOCK_DOMAIN, domain))))  # MHz -> Hz
         mask = self._clock_events(dev)
         if mask is not SKIP:
             out.extend(self._clock_event_readings(dev, int(mask)))
@@ -248,9 +247,9 @@ class NvmlSource:
         if dev.migs:
             for mig in dev.migs:
                 out.extend(self._memory(mig))
-                out.extend(self._processes(mig, pids))
+                out.extend(self._procs.readings(mig, pids))
         else:
-            out.extend(self._processes(dev, pids))
+            out.extend(self._procs.readings(dev, pids))
         return out
 
     @staticmethod
@@ -278,8 +277,8 @@ class NvmlSource:
         m = self._call(dev, "memory", "nvmlDeviceGetMemoryInfo", dev.handle)
         if m is SKIP:
             return []
-        return [Reading(N.GPU_MEMORY_USAGE, float(m.used), dev.attrs),
-                Reading(N.GPU_MEMORY_LIMIT, float(m.total), dev.attrs)]
+        return [new_reading(Reading, (N.GPU_MEMORY_USAGE, float(m.used), dev.attrs)),
+                new_reading(Reading, (N.GPU_MEMORY_LIMIT, float(m.total), dev.attrs))]
 
     def _slow(self, dev: Device, now: float) -> list[Reading]:
         """Power limit and volatile ECC totals: they change by an admin's action or rarely, so
@@ -320,44 +319,8 @@ class NvmlSource:
                                                   (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0)])
         if vals is None:
             return []
-        return [Reading(N.GPU_NVLINK_IO, vals[0] * KIB, dev.tagged(N.DIRECTION, "transmit")),
-                Reading(N.GPU_NVLINK_IO, vals[1] * KIB, dev.tagged(N.DIRECTION, "receive"))]
-
-    def _processes(self, dev: Device, pids: set[int]) -> list[Reading]:
-        procs = self._call(dev, "processes", "nvmlDeviceGetComputeRunningProcesses", dev.handle)
-        if procs is SKIP:
-            return []
-        used: dict[int, float] = {}
-        for p in procs:
-            mem = getattr(p, "usedGpuMemory", None)
-            used[int(p.pid)] = used.get(int(p.pid), 0.0) + float(mem or 0)
-        out = []
-        for pid, mem in sorted(used.items()):
-            pids.add(pid)
-            info = self._process_info(pid)
-            attrs = dev.proc_attrs.get((pid, info))
-            if attrs is None:   # built once per process: the store then files its reading by identity
-                if len(dev.proc_attrs) > 256:
-                    dev.proc_attrs.clear()
-                exe, rank = info
-                attrs = {**dev.attrs, N.PID: str(pid), N.EXECUTABLE: exe}
-                if rank is not None:
-                    attrs[N.RANK] = rank
-                dev.proc_attrs[(pid, info)] = attrs
-            out.append(Reading(N.GPU_PROCESS_MEMORY, mem, attrs))
-        return out
-
-    def _process_info(self, pid: int) -> tuple[str, str | None]:
-        """(executable name, rank) of `pid` from `proc_root`, cached while the PID stays."""
-        info = self._proc_cache.get(pid)
-        if info is None:
-            try:
-                with open(os.path.join(self._proc_root, str(pid), "comm"), encoding="utf-8", errors="replace") as f:
-                    exe = f.read().strip()
-            except OSError:
-                exe = ""
-            info = self._proc_cache[pid] = (exe, rank_of(pid, self._proc_root))
-        return info
+        return [new_reading(Reading, (N.GPU_NVLINK_IO, vals[0] * KIB, dev.tagged(N.DIRECTION, "transmit"))),
+                new_reading(Reading, (N.GPU_NVLINK_IO, vals[1] * KIB, dev.tagged(N.DIRECTION, "receive")))]
 
     def _gpm(self, dev: Device, now: float) -> list[Reading]:
         """GPM readings; between two samples (see gpm.sample_spacing) the last ones, as they were."""

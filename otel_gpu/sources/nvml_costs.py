@@ -16,7 +16,7 @@ from typing import Callable
 import pynvml
 
 from .. import names as N
-from ..readings import SLOW_READ_S, Reading
+from ..readings import SLOW_READ_S, Reading, new_reading
 from . import gpm as gpm_mod
 from . import nvml_errors as E
 from .nvml_cadence import BUDGET_CPU, BackgroundLane, SlowField, stretch, timed
@@ -161,7 +161,7 @@ class CostlyFields:
         """PCIe bytes: GPM's PCIe rates integrated over its sample intervals where GPM gives them,
         else NVML's throughput samples (read apart from the round: each sleeps 20 ms in the driver)."""
         if self.pcie_from_gpm(dev):
-            return [Reading(N.GPU_PCIE_IO, total, dev.tagged(N.DIRECTION, direction))
+            return [new_reading(Reading, (N.GPU_PCIE_IO, total, dev.tagged(N.DIRECTION, direction)))
                     for direction, total in dev.pcie_bytes.items()]
         if "pcie_transmit" in dev.unsupported and "pcie_receive" in dev.unsupported:
             return []

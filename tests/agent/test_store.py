@@ -95,3 +95,56 @@ def test_window_min_max_match_the_samples_in_the_window(steps):
             window = [v for t, v in samples if t >= now - 1.0]
             assert repr((columns[1], columns[2])) == repr(([min(window)], [max(window)]) if window else ([], []))
             now += 0.06   # the next export is later (past the store's 0.05 s columns cache)
+
+
+_POOL = [(spec, {"k": str(n)}) for spec in (names.GPU_UTILIZATION, names.GPU_MEMORY_USAGE) for n in range(4)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.floats(0.1, 0.8),
+                          st.lists(st.tuples(st.integers(0, len(_POOL) - 1), st.booleans(),
+                                             st.sampled_from([0.0, 0.5, 1.0, 2.5, 4.0])), max_size=6)),
+                min_size=1, max_size=40))
+def test_puts_in_any_order_file_every_reading_on_its_series(puts):
+    """However a source's readings move between puts (same attribute objects or equal new ones,
+    series dropped, added, repeated within a put), latest values and window statistics are those
+    of a plain model: each series holds the readings of its source's last put and the window's
+    samples. Each source reports its own series (the pool is split between them)."""
+    store, window = Store(window_s=1.0), 1.0
+    latest_of: dict[tuple, float] = {}
+    samples: dict[tuple, list] = {}
+    last_keys: dict[str, set] = {"a": set(), "b": set()}
+    now = 0.0
+    for source, dt, picks in puts:
+        now += dt
+        readings, keys = [], set()
+        for index, fresh, value in picks:
+            index = index - index % 2 + (source == "b")   # even pool entries are a's, odd ones b's
+            spec, attrs = _POOL[index]
+            readings.append(Reading(spec, value, dict(attrs) if fresh else attrs))
+            key = (spec.name, tuple(attrs.items()))
+            if key not in keys and key not in last_keys[source]:
+                samples[key] = []   # a new series (or one that came back): a new window
+            keys.add(key)
+            latest_of[key] = value
+            if spec.windowed:
+                samples[key].append((now, value))
+        for key in last_keys[source] - keys:
+            latest_of.pop(key, None)
+            samples.pop(key, None)
+        last_keys[source] = keys
+        store.put(source, readings, now)
+        assert {(n, k): v for n, series in store.snapshot().items() for k, v in series.items()} == latest_of
+        columns = store.columns(now)
+        for (name, key), value in latest_of.items():
+            cols = columns[name]
+            if len(cols) == 2:
+                assert cols[0][cols[1].index(key)] == value
+                continue
+            window_values = [v for t, v in samples[(name, key)] if t >= now - window]
+            if not window_values:   # every sample left the window: no mean, no series
+                assert key not in cols[3]
+                continue
+            row = cols[3].index(key)
+            assert (cols[0][row], cols[1][row], cols[2][row]) == (
+                sum(window_values) / len(window_values), min(window_values), max(window_values))
