@@ -13,9 +13,9 @@ Per set, alternating, ``--repeat`` times each (medians shown, with the spread):
 The table shows HTA's time over each of ours ("same x", "dflt x"), ours' default over ours' same
 ("dflt/same") and peak memory ratios. Each run is a fresh process; wall time is end to end, peak
 RSS is the command's ru_maxrss as GNU time reports it (the largest of the process and its reaped
-workers; both tools use fork-pool workers). HTA is installed into its own venv when missing. After
-timing, HTA's tables are compared with ours (percentages within 0.01 points, times within 1 us,
-same kernels and counts). Sets: the largest multi-rank set replicated to ``--ranks`` ranks, and a
+workers; both tools use fork-pool workers). HTA is installed into its own venv when missing (pip
+byte-compiles it; ours is byte-compiled with compileall before timing). After timing, HTA's tables
+are compared with ours (percentages within 0.01 points, times within 1 us, same kernels and counts). Sets: the largest multi-rank set replicated to ``--ranks`` ranks, and a
 large one (``--big``): ``--big-from``'s events repeated ``--big-grow`` times per file, replicated
 to 32 ranks (about 3.9 M events).
 """
@@ -332,12 +332,17 @@ def main() -> int:
             runs.append((f"{args.grow_from} x{n} in one file",
                          grow(gpu_sets[args.grow_from], n, os.path.join(work, f"grow{n}"))))
     results = []
-    backend = subprocess.run([sys.executable, "-c", "from otel_gpu.trace.parse import JSON_BACKEND as b; print(b)"],
+    # our modules byte-compiled, as pip compiled HTA's into its venv (with PYTHONDONTWRITEBYTECODE set,
+    # an editable checkout would otherwise compile every module from source in every run: ~60 ms)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "otel_gpu")], check=True)
+    backend = subprocess.run([sys.executable, "-c", "from otel_gpu.trace.parse import JSON_BACKEND as b; "
+                              "from otel_gpu.trace.gz import GZIP_BACKEND as g; print(b, g)"],
                              capture_output=True, text=True, cwd=ROOT,
                              env=dict(os.environ, **({"OTELGPU_TRACE_JSON": "json"} if STDLIB_JSON else {}))
-                             ).stdout.strip()
+                             ).stdout.split()
     print(f"ours: python -m otel_gpu.trace analyze DIR --csv OUT --quiet [--no-critical-path] (JSON decoder: "
-          f"{backend}); HTA 0.5.0 ({hta_py}): {hta_steps}; median of {args.repeat} runs each, alternating")
+          f"{backend[0]}, gzip: {backend[1]}, byte-compiled); HTA 0.5.0 ({hta_py}): {hta_steps}; median of "
+          f"{args.repeat} runs each, alternating")
     print(f"{'set':<40} {'ranks':>5} {'MB':>6} {'HTA s':>7} {'same s':>7} {'dflt s':>7} {'same x':>7} "
           f"{'dflt x':>7} {'dflt/same':>9} {'HTA MB':>7} {'same MB':>7} {'dflt MB':>7} {'mem same':>8} "
           f"{'mem dflt':>8}  numbers")

@@ -136,8 +136,9 @@ def aggregate_by_name(names: list[str], name_ids: np.ndarray, durs: np.ndarray, 
     out = []
     for name in sorted(groups):
         d = np.array([s[1] for s in groups[name]])
-        out.append({"name": name, "sum": d.sum(), "max": d.max(), "min": d.min(), "mean": d.mean(),
-                    "std": d.std(ddof=1) if len(d) > 1 else 0.0, **_instances(groups[name])})
+        out.append({"name": name, "sum": float(d.sum()), "max": float(d.max()), "min": float(d.min()),
+                    "mean": float(d.mean()), "std": float(d.std(ddof=1)) if len(d) > 1 else 0.0,
+                    **_instances(groups[name])})   # Python floats: the CSV writer's fast path
     return out
 
 

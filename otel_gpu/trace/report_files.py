@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 
 from .. import output
 from . import rank_csv
@@ -82,7 +81,7 @@ class RankFileStage:
                 raise StageFailed(exc.errno, exc.strerror, exc.filename or csv_dir) from None
         self.real = os.path.realpath(csv_dir)
         self.inputs = output.input_ids(inputs)
-        self.tag = f"otelgpu{os.getpid()}x{secrets.token_hex(4)}"
+        self.tag = f"otelgpu{os.getpid()}x{os.urandom(4).hex()}"   # (secrets would import OpenSSL: ~4 ms)
 
     def __call__(self, name: str, text: str):
         path = os.path.join(self.dir, name)
