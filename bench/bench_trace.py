@@ -13,9 +13,11 @@ Per set, alternating, ``--repeat`` times each (medians shown, with the spread):
 The table shows HTA's time over each of ours ("same x", "dflt x"), ours' default over ours' same
 ("dflt/same") and peak memory ratios. Each run is a fresh process; wall time is end to end, peak
 RSS is the command's ru_maxrss as GNU time reports it (the largest of the process and its reaped
-workers; both tools use fork-pool workers). HTA is installed into its own venv when missing (pip
-byte-compiles it; ours is byte-compiled with compileall before timing). After timing, HTA's tables
-are compared with ours (percentages within 0.01 points, times within 1 us, same kernels and counts). Sets: the largest multi-rank set replicated to ``--ranks`` ranks, and a
+workers; both tools use fork-pool workers). Each tool runs from a venv of its own (made when
+missing): HTA installed there (pip byte-compiles it); ours off this checkout, the versions of what
+it imports installed here put there, byte-compiled with compileall before timing. After timing,
+HTA's tables are compared with ours (percentages within 0.01 points, times within 1 us, same
+kernels and counts). Sets: the largest multi-rank set replicated to ``--ranks`` ranks, and a
 large one (``--big``): ``--big-from``'s events repeated ``--big-grow`` times per file, replicated
 to 32 ranks (about 3.9 M events).
 """
@@ -102,6 +104,20 @@ def ensure_hta(venv: str) -> str:
         import numpy
         subprocess.run([py, "-m", "pip", "install", "-q", "HolisticTraceAnalysis==0.5.0", "pandas==2.2.3",
                         f"numpy=={numpy.__version__}"], check=True)
+    return py
+
+
+def ensure_ours(venv: str) -> str:
+    """A venv holding what ``python -m otel_gpu.trace`` imports (the versions installed here), from
+    which ours runs off this checkout (PYTHONPATH), as HTA runs from its own venv: neither tool then
+    pays for hooks the machine's Python may load at every start (site's .pth files)."""
+    py = os.path.join(venv, "bin", "python")
+    if subprocess.run([py, "-c", "import numpy, msgspec, orjson, isal, rich"], capture_output=True).returncode \
+            if os.path.exists(py) else True:
+        from importlib.metadata import version
+        subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+        subprocess.run([py, "-m", "pip", "install", "-q"] + [f"{m}=={version(m)}" for m in
+                        ("numpy", "msgspec", "orjson", "isal", "rich")], check=True)
     return py
 
 
@@ -256,7 +272,7 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else math.nan
 
 
-def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int, hta_steps: str) -> dict:
+def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int, hta_steps: str, ours_py: str) -> dict:
     """HTA (``hta_steps``), ours with the same analyses (--no-critical-path) and ours as run by
     default, alternating, ``repeat`` times each: medians and spreads of wall time and peak RSS."""
     hdir = os.path.join(work, label, "hta")
@@ -264,7 +280,7 @@ def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int, hta_steps
     env = dict(os.environ, PYTHONPATH=ROOT)
     if STDLIB_JSON:
         env["OTELGPU_TRACE_JSON"] = "json"
-    ours = [sys.executable, "-m", "otel_gpu.trace", "analyze", d, "--quiet", "--csv"]
+    ours = [ours_py, "-m", "otel_gpu.trace", "analyze", d, "--quiet", "--csv"]
     runs = {"hta": ([hta_py, "-c", HTA_SCRIPT, d, hdir, hta_steps], dict(os.environ, PYTHONWARNINGS="ignore")),
             "same": (ours + [os.path.join(work, label, "same"), "--no-critical-path"], env),
             "default": (ours + [os.path.join(work, label, "default")], env)}
@@ -289,6 +305,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "traces"))
     ap.add_argument("--hta-venv", default="/tmp/hta-venv")
+    ap.add_argument("--ours-venv", default="/tmp/otelgpu-trace-venv",
+                    help="venv ours runs from (made when missing); '' for this Python")
     ap.add_argument("--ranks", default="64", help="replicated multi-rank sizes (of the largest multi-rank set)")
     ap.add_argument("--big", default="32", help="rank counts of the large set: --big-from's events repeated "
                     "--big-grow times per rank (32: about 3.9 M events); '' for none")
@@ -311,6 +329,7 @@ def main() -> int:
     STDLIB_JSON = args.stdlib_json
     hta_steps = {"five": HTA_FIVE, "more": HTA_MORE, "all": HTA_ALL}[args.hta_analyses]
     hta_py = ensure_hta(args.hta_venv)
+    ours_py = ensure_ours(args.ours_venv) if args.ours_venv else sys.executable
     sets = {}
     for dp, _, files in os.walk(args.data):
         if any(f.endswith((".json", ".gz")) for f in files):
@@ -335,20 +354,21 @@ def main() -> int:
     # our modules byte-compiled, as pip compiled HTA's into its venv (with PYTHONDONTWRITEBYTECODE set,
     # an editable checkout would otherwise compile every module from source in every run: ~60 ms)
     subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "otel_gpu")], check=True)
-    backend = subprocess.run([sys.executable, "-c", "from otel_gpu.trace.parse import JSON_BACKEND as b; "
+    backend = subprocess.run([ours_py, "-c", "from otel_gpu.trace.parse import JSON_BACKEND as b; "
                               "from otel_gpu.trace.gz import GZIP_BACKEND as g; print(b, g)"],
                              capture_output=True, text=True, cwd=ROOT,
-                             env=dict(os.environ, **({"OTELGPU_TRACE_JSON": "json"} if STDLIB_JSON else {}))
+                             env=dict(os.environ, PYTHONPATH=ROOT,
+                                      **({"OTELGPU_TRACE_JSON": "json"} if STDLIB_JSON else {}))
                              ).stdout.split()
     print(f"ours: python -m otel_gpu.trace analyze DIR --csv OUT --quiet [--no-critical-path] (JSON decoder: "
-          f"{backend[0]}, gzip: {backend[1]}, byte-compiled); HTA 0.5.0 ({hta_py}): {hta_steps}; median of "
+          f"{backend[0]}, gzip: {backend[1]}, byte-compiled, {ours_py}); HTA 0.5.0 ({hta_py}): {hta_steps}; median of "
           f"{args.repeat} runs each, alternating")
     print(f"{'set':<40} {'ranks':>5} {'MB':>6} {'HTA s':>7} {'same s':>7} {'dflt s':>7} {'same x':>7} "
           f"{'dflt x':>7} {'dflt/same':>9} {'HTA MB':>7} {'same MB':>7} {'dflt MB':>7} {'mem same':>8} "
           f"{'mem dflt':>8}  numbers")
     for label, d in runs:
         r = bench_one(label.replace("/", "_").replace(" ", "_").replace(",", ""), d, hta_py, work, args.repeat,
-                      hta_steps)
+                      hta_steps, ours_py)
         r["set"] = label
         results.append(r)
         print(f"{label:<40} {r['ranks']:>5} {r['mb']:>6.1f} {r['hta_s']:>7.2f} {r['same_s']:>7.2f} "
