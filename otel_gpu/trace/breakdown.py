@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .describe import quantiles
 from .model import COMMUNICATION, COMPUTATION, MEMORY, RankView
 
 
@@ -128,7 +129,7 @@ def aggregate_by_name(names: list[str], name_ids: np.ndarray, durs: np.ndarray, 
     if len(stats) <= num_kernels:
         return [{**dict(zip(("name", "sum", "max", "min", "mean", "std"), s[:6])), **_instances([s])} for s in stats]
     cums = np.cumsum([s[1] for s in stats])
-    q = np.quantile(cums, duration_ratio)
+    q = quantiles(cums, np.array([duration_ratio], dtype=np.float64))[0]   # np.quantile's value, bit for bit
     groups: dict[str, list[tuple]] = {}
     for pos, s in enumerate(stats):
         name = "others" if (cums[pos] > q or pos >= num_kernels) else s[0]

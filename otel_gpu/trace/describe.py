@@ -1,7 +1,7 @@
 """pandas ``describe()`` of a numeric array (count, mean, std, min, quartiles, max), HTA's interval
-statistics; quartiles computed as numpy's linear ``np.quantile`` computes them, bit for bit, without
-its generic machinery (about 60 us a call, on arrays of a few dozen values, called per stream and
-category on every rank)."""
+statistics; quantiles computed as numpy's linear ``np.quantile`` computes them, bit for bit, without
+its generic machinery (about 60 us a call on arrays of a few dozen values, over 1 ms for a scalar
+quantile; called per stream and category, and per kernel type, on every rank)."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,11 +12,17 @@ _QUARTILES = np.array([0.25, 0.5, 0.75])
 
 def quartiles(x: np.ndarray) -> np.ndarray:
     """``np.quantile(x, [0.25, 0.5, 0.75])`` (method "linear"), the same floats; ``x`` 1-D, not empty."""
+    return quantiles(x, _QUARTILES)
+
+
+def quantiles(x: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """``np.quantile(x, qs)`` (method "linear"), the same floats, for ``qs`` a 1-D float64 array of
+    values in [0, 1]; ``x`` 1-D, not empty."""
     s = np.sort(x)
     if s.dtype.kind not in "iuf" or (s.dtype.kind == "f" and np.isnan(s[-1])):
-        return np.quantile(x, _QUARTILES)   # NaN (sorted last) or another dtype: numpy's own rules
+        return np.quantile(x, qs)   # NaN (sorted last) or another dtype: numpy's own rules
     n = len(s)
-    at = (n - 1) * _QUARTILES   # positions in the sorted values (exact: quarters of an integer)
+    at = (n - 1) * qs   # positions in the sorted values, as numpy's linear method computes them
     below = np.floor(at)
     i = below.astype(np.intp)
     j = np.minimum(i + 1, n - 1)

@@ -20,7 +20,12 @@ _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 def step_windows(v: RankView, all_events: bool = True) -> list[tuple[int, float, float]]:
     """(step number, start us, end us) of the CPU ProfilerStep annotations, by start; without
-    the last one when HTA's rule dropped its events."""
+    the last one when HTA's rule dropped its events (computed once per rank: the caller must not
+    modify the list)."""
+    return v.cached(f"step_windows {all_events}", lambda: _step_windows(v, all_events))
+
+
+def _step_windows(v: RankView, all_events: bool) -> list[tuple[int, float, float]]:
     ev = v.ev
     ids = {i: int(m.group(1)) for i, n in enumerate(ev.names) if (m := _STEP_RE.match(n))}
     if not ids:

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from otel_gpu.trace.describe import describe, quartiles
+from otel_gpu.trace.describe import describe, quantiles, quartiles
 
 Q = [0.25, 0.5, 0.75]
 floats = hnp.arrays(np.float64, st.integers(1, 60),
@@ -46,3 +46,13 @@ def test_describe_quartiles_lie_between_min_and_max(x):
 def test_describe_of_nothing_is_count_zero_and_nan():
     d = describe(np.array([], dtype=np.float64))
     assert d["count"] == 0.0 and all(np.isnan(d[k]) for k in ("mean", "std", "min", "25%", "50%", "75%", "max"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(floats, ints, nice), st.lists(st.floats(0, 1), min_size=1, max_size=5))
+def test_quantiles_are_numpys_linear_quantile_bit_for_bit(x, qs):
+    """Any quantile, not only quarters (the top-kernel table folds its tail at np.quantile(sums, 0.8))."""
+    qs = np.array(qs, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        ours, numpys = quantiles(x, qs), np.quantile(x, qs)
+    assert same_bits(ours, numpys), (x, qs, ours, numpys)
