@@ -148,3 +148,31 @@ def test_puts_in_any_order_file_every_reading_on_its_series(puts):
             row = cols[3].index(key)
             assert (cols[0][row], cols[1][row], cols[2][row]) == (
                 sum(window_values) / len(window_values), min(window_values), max(window_values))
+
+
+def test_a_series_reported_twice_in_a_put_keeps_both_samples_with_their_times():
+    """A windowed series gets one sample per put of its source, timed by the source's put times;
+    one reported twice in a put (then every put) keeps both samples, timed by itself."""
+    store = Store(window_s=2.0)
+    other = {"k": "other"}
+    for t in range(4):   # t=0: once; from t=1 on, twice a put
+        readings = [Reading(names.GPU_UTILIZATION, 10.0 * t, A), Reading(names.GPU_UTILIZATION, 1.0, other)]
+        if t:
+            readings.append(Reading(names.GPU_UTILIZATION, 10.0 * t + 1, A))
+        store.put("s", readings, now=float(t))
+    means, mins, maxs, keys = store.columns(now=3.0)[names.GPU_UTILIZATION.name]
+    got = dict(zip(keys, zip(means, mins, maxs)))
+    assert got[tuple(A.items())] == (sum([10, 11, 20, 21, 30, 31]) / 6, 10.0, 31.0)   # t = 1, 2, 3
+    assert got[tuple(other.items())] == (1.0, 1.0, 1.0)
+    means, mins, maxs, keys = store.columns(now=4.5)[names.GPU_UTILIZATION.name]
+    assert dict(zip(keys, mins))[tuple(A.items())] == 30.0   # t=3 alone
+
+
+def test_a_series_two_sources_report_is_windowed_by_each_samples_time():
+    store = Store(window_s=1.0)
+    for t in (0.0, 0.5, 1.0, 1.5, 2.0):
+        source = "a" if t % 1 == 0 else "b"
+        store.put(source, [Reading(names.GPU_UTILIZATION, t, A)], now=t)
+        store.put(source + "-own", [Reading(names.GPU_UTILIZATION, 5.0, {source: "x"})], now=t)
+    means, mins, maxs, keys = store.columns(now=2.0)[names.GPU_UTILIZATION.name]
+    assert dict(zip(keys, zip(means, mins, maxs)))[tuple(A.items())] == (1.5, 1.0, 2.0)   # t = 1, 1.5, 2
