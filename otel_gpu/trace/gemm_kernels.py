@@ -15,17 +15,20 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-GEMM_RE = re.compile(r"(?<!fb)gemm|xmma|cutlass|wgmma|nvjet|gemv|implicit_convolve|convolve_|winograd|dgrad|wgrad|fprop"
-                     r"|conv[123]d|cudnn", re.IGNORECASE)
-_ARCH_RE = re.compile(r"(?:^|[^a-z0-9])(?:sm_?|cutlass_)(\d{2,3})(?=[_a-z])", re.IGNORECASE)
+from .fold_case import FoldedPattern, folded
+
+GEMM_RE = FoldedPattern(r"(?<!fb)gemm|xmma|cutlass|wgmma|nvjet|gemv|implicit_convolve|convolve_|winograd|dgrad"
+                        r"|wgrad|fprop|conv[123]d|cudnn")
+_ARCH_RE = FoldedPattern(r"(?:^|[^a-z0-9])(?:sm_?|cutlass_)(\d{2,3})(?=[_a-z])")
 _ARCH_NAMES = {"maxwell": 52, "pascal": 60, "volta": 70, "turing": 75, "ampere": 80, "ada": 89, "hopper": 90,
                "blackwell": 100}
-_NAMED_ARCH_RE = re.compile(r"(?:^|[^a-z])(" + "|".join(_ARCH_NAMES) + r")_", re.IGNORECASE)
-_ALIGN_RE = re.compile(r"(?:_|^)(?:align|ldg)(\d+)(?![0-9])", re.IGNORECASE)
-_BYTES_2 = re.compile(r"bf16|bfloat16|f16|fp16|half|h1688|h16816|h884|hgemm|_hs[hs]_|nvjet_h", re.IGNORECASE)
-_BYTES_1 = re.compile(r"e4m3|e5m2|fp8|f8f8|i8|int8|imma", re.IGNORECASE)
-_BYTES_4 = re.compile(r"sgemm|tf32|s1688gemm|s884gemm|f32|float", re.IGNORECASE)
-_FP32_SIMT_RE = re.compile(r"sgemm|gemmSN\w*<float|gemv\w*<float|gemmk1\w*<float", re.IGNORECASE)
+_NAMED_ARCH_RE = FoldedPattern(r"(?:^|[^a-z])(" + "|".join(_ARCH_NAMES) + r")_")
+_ALIGN_RE = FoldedPattern(r"(?:_|^)(?:align|ldg)(\d+)(?![0-9])")
+_BYTES_2 = FoldedPattern(r"bf16|bfloat16|f16|fp16|half|h1688|h16816|h884|hgemm|_hs[hs]_|nvjet_h")
+_BYTES_1 = FoldedPattern(r"e4m3|e5m2|fp8|f8f8|i8|int8|imma")
+_BYTES_4 = FoldedPattern(r"sgemm|tf32|s1688gemm|s884gemm|f32|float")
+_FP32_SIMT_RE = FoldedPattern(r"sgemm|gemmSN\w*<float|gemv\w*<float|gemmk1\w*<float")
+PATTERNS = (GEMM_RE, _ARCH_RE, _NAMED_ARCH_RE, _ALIGN_RE, _BYTES_2, _BYTES_1, _BYTES_4, _FP32_SIMT_RE)  # (tests)
 ALIGN_BYTES = 16  # a vectorised tensor-core load
 
 
@@ -54,15 +57,17 @@ class GemmKernel:
 @lru_cache(maxsize=1 << 14)
 def classify(name: str) -> GemmKernel:
     """A kernel name's GEMM properties (see :class:`GemmKernel`)."""
-    if not GEMM_RE.search(name):
+    low = folded(name)
+    if not GEMM_RE.search(name, low):
         return GemmKernel(False, None, None, None, False)
-    m = _ARCH_RE.search(name)
+    m = _ARCH_RE.search(name, low)
     arch = int(m.group(1)) if m else None
-    if arch is None and (m := _NAMED_ARCH_RE.search(name)):
+    if arch is None and (m := _NAMED_ARCH_RE.search(name, low)):
         arch = _ARCH_NAMES[m.group(1).lower()]
-    elem = 2 if _BYTES_2.search(name) else 1 if _BYTES_1.search(name) else 4 if _BYTES_4.search(name) else None
-    aligns = [int(x) for x in _ALIGN_RE.findall(name)]
-    return GemmKernel(True, arch, elem, min(aligns) if aligns else None, bool(_FP32_SIMT_RE.search(name)))
+    elem = 2 if _BYTES_2.search(name, low) else 1 if _BYTES_1.search(name, low) else 4 if _BYTES_4.search(
+        name, low) else None
+    aligns = [int(x) for x in _ALIGN_RE.findall(name, low)]
+    return GemmKernel(True, arch, elem, min(aligns) if aligns else None, bool(_FP32_SIMT_RE.search(name, low)))
 
 
 def device_arch(meta: dict) -> tuple[int | None, str]:
