@@ -57,20 +57,35 @@ def gpm_readings(values: dict[str, float], attrs: dict[str, str], *, nvlink: boo
     rates are left out when the GPU has no NVLink (`nvlink=False`). `tagged(key, value)`,
     when given, returns `attrs` plus one attribute (a cached dict the readings share).
     """
-    out = []
-    for name, raw in values.items():
+    return planned_readings(reading_plan(tuple(values), attrs, nvlink=nvlink, tagged=tagged), values)
+
+
+def reading_plan(metrics: tuple[str, ...], attrs: dict[str, str], *, nvlink: bool = True,
+                 tagged=None) -> tuple:
+    """(metrics, [(name, spec, scale, is a ratio, attributes)]): how `gpm_readings` turns values
+    of these metrics (in this order) into readings, worked out once for a device's metrics."""
+    plan = []
+    for name in metrics:
         spec, scale, direction = _METRICS[name]
         if spec is GPU_NVLINK_RATE and not nvlink:
             continue
-        value = raw * scale
-        if spec.unit == "1":
-            value = min(max(value, 0.0), 1.0)
         if not direction:
             a = attrs
         elif tagged is not None:
             a = tagged(DIRECTION, direction)
         else:
             a = {**attrs, DIRECTION: direction}
+        plan.append((name, spec, scale, spec.unit == "1", a))
+    return metrics, plan
+
+
+def planned_readings(plan: tuple, values: dict[str, float]) -> list[Reading]:
+    """`gpm_readings(values, ...)` by a `reading_plan` made for `values`' metrics (see there)."""
+    out = []
+    for name, spec, scale, ratio, a in plan[1]:
+        value = values[name] * scale
+        if ratio:
+            value = min(max(value, 0.0), 1.0)
         out.append(new_reading(Reading, (spec, max(value, 0.0), a)))
     return out
 

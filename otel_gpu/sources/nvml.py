@@ -215,7 +215,7 @@ class NvmlSource:
         nvml, a, out = self._nvml, dev.attrs, []
         add = out.append
         h = dev.handle
-        task = dev.tagged(N.GPU_TASK, "general")
+        task = dev.task_attrs
         u = self._call(dev, "utilization", "nvmlDeviceGetUtilizationRates", h)
         if u is not SKIP:
             add(new_reading(Reading, (N.GPU_UTILIZATION, u.gpu / 100.0, task)))
@@ -228,10 +228,11 @@ class NvmlSource:
         t = self._call(dev, "temperature", "nvmlDeviceGetTemperature", h, nvml.NVML_TEMPERATURE_GPU)
         if t is not SKIP:
             add(new_reading(Reading, (N.GPU_TEMPERATURE, float(t), a)))
-        for domain, clock in (("sm", nvml.NVML_CLOCK_SM), ("memory", nvml.NVML_CLOCK_MEM)):
-            c = self._call(dev, f"clock_{domain}", "nvmlDeviceGetClockInfo", h, clock)
+        for field, clock, attrs in (("clock_sm", nvml.NVML_CLOCK_SM, dev.clock_attrs[0]),
+                                    ("clock_memory", nvml.NVML_CLOCK_MEM, dev.clock_attrs[1])):
+            c = self._call(dev, field, "nvmlDeviceGetClockInfo", h, clock)
             if c is not SKIP:
-                add(new_reading(Reading, (N.GPU_CLOCK, c * 1e6, dev.tagged(N.CLOCK_DOMAIN, domain))))  # MHz -> Hz
+                add(new_reading(Reading, (N.GPU_CLOCK, c * 1e6, attrs)))   # MHz -> Hz
         mask = self._clock_events(dev)
         if mask is not SKIP:
             out.extend(self._clock_event_readings(dev, int(mask)))
@@ -319,8 +320,9 @@ class NvmlSource:
                                                   (nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, 0)])
         if vals is None:
             return []
-        return [new_reading(Reading, (N.GPU_NVLINK_IO, vals[0] * KIB, dev.tagged(N.DIRECTION, "transmit"))),
-                new_reading(Reading, (N.GPU_NVLINK_IO, vals[1] * KIB, dev.tagged(N.DIRECTION, "receive")))]
+        attrs = dev.direction_attrs
+        return [new_reading(Reading, (N.GPU_NVLINK_IO, vals[0] * KIB, attrs["transmit"])),
+                new_reading(Reading, (N.GPU_NVLINK_IO, vals[1] * KIB, attrs["receive"]))]
 
     def _gpm(self, dev: Device, now: float) -> list[Reading]:
         """GPM readings; between two samples (see gpm.sample_spacing) the last ones, as they were."""
@@ -346,7 +348,11 @@ class NvmlSource:
                 self._error()
             return []
         self._costly.add_gpm_rates(dev, values)   # new rates over a new interval: PCIe bytes grow
-        dev.gpm_out = gpm_mod.gpm_readings(values, dev.attrs, nvlink=dev.nvlink, tagged=dev.tagged)
+        plan = dev.gpm_plan
+        if plan is None or plan[0] != tuple(values):   # worked out once for the metrics this GPU gives
+            plan = dev.gpm_plan = gpm_mod.reading_plan(tuple(values), dev.attrs, nvlink=dev.nvlink,
+                                                       tagged=dev.tagged)
+        dev.gpm_out = gpm_mod.planned_readings(plan, values)
         return dev.gpm_out
 
     # ---- doctor ------------------------------------------------------------------

@@ -161,7 +161,8 @@ class CostlyFields:
         """PCIe bytes: GPM's PCIe rates integrated over its sample intervals where GPM gives them,
         else NVML's throughput samples (read apart from the round: each sleeps 20 ms in the driver)."""
         if self.pcie_from_gpm(dev):
-            return [new_reading(Reading, (N.GPU_PCIE_IO, total, dev.tagged(N.DIRECTION, direction)))
+            attrs = dev.direction_attrs
+            return [new_reading(Reading, (N.GPU_PCIE_IO, total, attrs[direction]))
                     for direction, total in dev.pcie_bytes.items()]
         if "pcie_transmit" in dev.unsupported and "pcie_receive" in dev.unsupported:
             return []

@@ -87,6 +87,7 @@ class Device:
         self.gpm_seen = 0                          # GPM computations already integrated into pcie_bytes
         self.costs: dict[str, CallCost] = {}       # field -> its measured call cost
         self.settled: set[str] = set()             # fields whose cost is known: no longer timed
+        self.bound: dict[str, Callable] = {}        # NVML function name -> the function (settled fields')
         self.costly: dict[str, SlowField] = {}     # costly fields, read apart from the sampling round
         self.lost_pending: str | None = None       # lost, as found by a background read
         self.slow: tuple[float, list[Reading]] | None = None   # (read at, readings) of the rarely changing fields
@@ -101,6 +102,11 @@ class Device:
             if profile:
                 self.attrs[N.MIG_PROFILE] = profile
         self._tagged: dict[tuple[str, str], dict[str, str]] = {}
+        # the attributes a round uses every time, looked up once
+        self.task_attrs = self.tagged(N.GPU_TASK, "general")
+        self.clock_attrs = (self.tagged(N.CLOCK_DOMAIN, "sm"), self.tagged(N.CLOCK_DOMAIN, "memory"))
+        self.direction_attrs = {d: self.tagged(N.DIRECTION, d) for d in ("transmit", "receive")}
+        self.gpm_plan: tuple | None = None   # how its GPM values become readings (gpm.reading_plan)
 
     def tagged(self, key: str, value: str) -> dict[str, str]:
         """`attrs` plus one attribute, built once (readings share it: never mutate it)."""
@@ -117,17 +123,19 @@ def call(nvml, on_error: Callable[[], None], dev: Device, field: str, fn_name: s
     them once with functools.partial, which adds no Python frame to each call.)"""
     if field in dev.unsupported:
         return SKIP
-    fn = getattr(nvml, fn_name, None)
-    if fn is None:
-        dev.unsupported[field] = f"{fn_name} not in this NVML binding"
-        return SKIP
+    fn = dev.bound.get(fn_name)   # a settled field's function, looked up once
     try:
-        if field in dev.settled:
+        if fn is not None and field in dev.settled:
             value = fn(*args)
         else:
+            fn = getattr(nvml, fn_name, None)
+            if fn is None:
+                dev.unsupported[field] = f"{fn_name} not in this NVML binding"
+                return SKIP
             value = timed(dev.costs, field, fn_name, fn, *args)
             if dev.costs[field].known and field not in dev.costly:
                 dev.settled.add(field)
+                dev.bound[fn_name] = fn
     except pynvml.NVMLError as err:
         kind = E.classify(err)
         if kind == E.LOST:

@@ -362,3 +362,33 @@ def test_transient_error_is_counted_and_retried():
     assert not select(src.read(), N.GPU_POWER.name) and src.partial_errors == 1
     assert src.describe()["gpus"][0]["errors"] == {"power": "Timeout"}
     assert select(src.read(), N.GPU_POWER.name) and src.partial_errors == 1
+
+
+def test_a_gpm_metric_that_stops_answering_leaves_the_readings_and_the_rest_stay_right():
+    """The GPM readings are built by a plan worked out once for the metrics a GPU gives; a metric
+    NVML stops giving (NOT_SUPPORTED) leaves, and every other reading keeps its own value."""
+    class TensorGoes(FakeNvml):
+        gone = False
+
+        def nvmlGpmMetricsGet(self, req):
+            req = super().nvmlGpmMetricsGet(req)
+            if self.gone:
+                for k in range(req.numMetrics):
+                    if req.metrics[k].metricId == pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL:
+                        req.metrics[k].nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+            return req
+
+    clock = StepClock()
+    fake = TensorGoes(gpus=[hopper()], clock=clock, costs={})
+    src = NvmlSource(nvml=fake, clock=clock)
+    before = two_reads(src, clock)
+    fake.gone = True
+    clock.t += 1.0
+    after = src.read()
+    names = {r.spec.name for r in after}
+    assert N.GPU_TENSOR_ACTIVITY.name in {r.spec.name for r in before} and N.GPU_TENSOR_ACTIVITY.name not in names
+    sm = by_gpu(after, N.GPU_SM_ACTIVITY.name)
+    util = by_gpu(after, N.GPU_UTILIZATION.name)
+    assert list(sm.values()) == [pytest.approx(list(util.values())[0] * 0.62, abs=0.011)]   # sm_share 0.62
+    rates = {r.attributes[N.DIRECTION]: r.value for r in select(after, N.GPU_PCIE_RATE.name)}
+    assert rates["receive"] > rates["transmit"] > 0
