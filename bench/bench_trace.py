@@ -121,7 +121,7 @@ def ensure_ours(venv: str) -> str:
     return py
 
 
-def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int]:
+def measure(cmd: list[str], env: dict | None = None, cwd: str | None = None) -> tuple[float, float, int]:
     """(wall s, peak RSS MB, exit code) of one command, run under GNU time.
 
     GNU time (a tiny process) runs the command and reports its ru_maxrss, the largest of the
@@ -131,7 +131,7 @@ def measure(cmd: list[str], env: dict | None = None) -> tuple[float, float, int]
     with tempfile.NamedTemporaryFile("r", suffix=".time") as out:
         t0 = time.perf_counter()
         p = subprocess.run([TIME, "-f", "%M", "-o", out.name, *cmd], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, env=env)
+                           stderr=subprocess.PIPE, env=env, cwd=cwd)
         wall = time.perf_counter() - t0
         if p.returncode:
             sys.stderr.write(p.stderr.decode()[-2000:])
@@ -272,9 +272,11 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else math.nan
 
 
-def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int, hta_steps: str, ours_py: str) -> dict:
+def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int, hta_steps: str, ours_py: str,
+              baseline: str | None = None) -> dict:
     """HTA (``hta_steps``), ours with the same analyses (--no-critical-path) and ours as run by
-    default, alternating, ``repeat`` times each: medians and spreads of wall time and peak RSS."""
+    default, alternating, ``repeat`` times each: medians and spreads of wall time and peak RSS;
+    with ``baseline`` (another checkout), also ours from there with the same analyses ("base")."""
     hdir = os.path.join(work, label, "hta")
     os.makedirs(hdir, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=ROOT)
@@ -284,10 +286,12 @@ def bench_one(label: str, d: str, hta_py: str, work: str, repeat: int, hta_steps
     runs = {"hta": ([hta_py, "-c", HTA_SCRIPT, d, hdir, hta_steps], dict(os.environ, PYTHONWARNINGS="ignore")),
             "same": (ours + [os.path.join(work, label, "same"), "--no-critical-path"], env),
             "default": (ours + [os.path.join(work, label, "default")], env)}
+    if baseline:
+        runs["base"] = (ours + [os.path.join(work, label, "base"), "--no-critical-path"], dict(env, PYTHONPATH=baseline))
     got: dict[str, list] = {k: [] for k in runs}
     for _ in range(repeat):
         for who, (cmd, e) in runs.items():
-            wall, rss, rc = measure(cmd, e)
+            wall, rss, rc = measure(cmd, e, cwd=baseline if who == "base" else ROOT)
             if rc:
                 raise SystemExit(f"{who} failed on {d} (exit {rc})")
             got[who].append((wall, rss))
@@ -305,6 +309,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "traces"))
     ap.add_argument("--hta-venv", default="/tmp/hta-venv")
+    ap.add_argument("--baseline", metavar="TREE", help="also time ours from this checkout (e.g. a `git archive` of an "
+                                                        "older commit), same analyses, in the same alternation")
     ap.add_argument("--ours-venv", default="/tmp/otelgpu-trace-venv",
                     help="venv ours runs from (made when missing); '' for this Python")
     ap.add_argument("--ranks", default="64", help="replicated multi-rank sizes (of the largest multi-rank set)")
@@ -353,7 +359,8 @@ def main() -> int:
     results = []
     # our modules byte-compiled, as pip compiled HTA's into its venv (with PYTHONDONTWRITEBYTECODE set,
     # an editable checkout would otherwise compile every module from source in every run: ~60 ms)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(ROOT, "otel_gpu")], check=True)
+    for tree in [ROOT] + ([args.baseline] if args.baseline else []):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "otel_gpu")], check=True)
     backend = subprocess.run([ours_py, "-c", "from otel_gpu.trace.parse import JSON_BACKEND as b; "
                               "from otel_gpu.trace.gz import GZIP_BACKEND as g; print(b, g)"],
                              capture_output=True, text=True, cwd=ROOT,
@@ -368,7 +375,7 @@ def main() -> int:
           f"{'mem dflt':>8}  numbers")
     for label, d in runs:
         r = bench_one(label.replace("/", "_").replace(" ", "_").replace(",", ""), d, hta_py, work, args.repeat,
-                      hta_steps, ours_py)
+                      hta_steps, ours_py, args.baseline)
         r["set"] = label
         results.append(r)
         print(f"{label:<40} {r['ranks']:>5} {r['mb']:>6.1f} {r['hta_s']:>7.2f} {r['same_s']:>7.2f} "
@@ -376,6 +383,10 @@ def main() -> int:
               f"{r['default_s'] / r['same_s']:>9.2f} {r['hta_mb']:>7.0f} {r['same_mb']:>7.0f} {r['default_mb']:>7.0f} "
               f"{r['same_mb'] / r['hta_mb']:>8.2f} {r['default_mb'] / r['hta_mb']:>8.2f}  "
               f"{'identical' if r['identical'] else 'DIFFER ' + str(r['diffs'])}", flush=True)
+        if args.baseline:
+            print(f"    ours from {args.baseline}, same analyses: {r['base_s']:.2f} s ({r['base_s_spread'][0]:.2f}-"
+                  f"{r['base_s_spread'][1]:.2f}), {r['base_mb']:.0f} MB; this tree / that one: "
+                  f"{r['same_s'] / r['base_s']:.3f} (wall), {r['same_mb'] / r['base_mb']:.3f} (memory)", flush=True)
         print("    spread (min-max s): " + ", ".join(
             f"{who} {r[who + '_s_spread'][0]:.2f}-{r[who + '_s_spread'][1]:.2f}" for who in ("hta", "same", "default")),
             flush=True)
