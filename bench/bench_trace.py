@@ -112,8 +112,9 @@ def ensure_ours(venv: str) -> str:
     which ours runs off this checkout (PYTHONPATH), as HTA runs from its own venv: neither tool then
     pays for hooks the machine's Python may load at every start (site's .pth files)."""
     py = os.path.join(venv, "bin", "python")
-    if subprocess.run([py, "-c", "import numpy, msgspec, orjson, isal, rich"], capture_output=True).returncode \
-            if os.path.exists(py) else True:
+    ready = os.path.exists(py) and not subprocess.run([py, "-c", "import numpy, msgspec, orjson, isal, rich"],
+                                                      capture_output=True).returncode
+    if not ready:
         from importlib.metadata import version
         subprocess.run([sys.executable, "-m", "venv", venv], check=True)
         subprocess.run([py, "-m", "pip", "install", "-q"] + [f"{m}=={version(m)}" for m in

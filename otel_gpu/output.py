@@ -324,13 +324,13 @@ def _sync_staged(staged: list[_Staged]) -> None:
             os.close(fd)
 
 
-def stage(path: str | os.PathLike, data: str | bytes, inputs: Iterable | dict = (), *, label: str | None = None,
-          tag: str = "") -> _Staged:
-    """One output checked (`plan`) and, when it is replaced, its temporary file written now (not
-    synced), possibly in another process, to be passed later as that output's data to `write_all`,
-    which syncs and commits it with the rest; until then `discard()` undoes it. `tag` goes in the
-    temporary file's name, so that `discard_tagged` finds what a process that died left behind."""
-    return _Staged(plan(path, inputs, label), _bytes(data), exclusive=False, sync=False, tag=tag)
+def stage(target: Target, data: str | bytes, tag: str = "") -> _Staged:
+    """One output, as `plan` gave it, staged now: when it is replaced, its temporary file is written
+    (not synced), possibly in another process, to be passed later as that output's data to
+    `write_all`, which syncs and commits it with the rest; until then `discard()` undoes it. `tag`
+    goes in the temporary file's name, so that `discard_tagged` finds what a process that died
+    left behind."""
+    return _Staged(target, _bytes(data), exclusive=False, sync=False, tag=tag)
 
 
 def discard_tagged(folder: str, tag: str) -> None:

@@ -124,7 +124,8 @@ def test_staged_ahead_is_committed_with_the_rest(tmp_path):
     other outputs: same bytes, same mode rules, no temporary file left."""
     (tmp_path / "old.csv").write_text("old")
     os.chmod(tmp_path / "old.csv", 0o640)
-    ahead = [output.stage(os.fspath(tmp_path / n), f"{n} text\n", tag="t1") for n in ("new.csv", "old.csv")]
+    ahead = [output.stage(output.plan(os.fspath(tmp_path / n)), f"{n} text\n", tag="t1")
+             for n in ("new.csv", "old.csv")]
     assert all(s.tmp and ".t1." in os.path.basename(s.tmp) for s in ahead)
     assert (tmp_path / "old.csv").read_text() == "old"   # nothing in place before write_all
     output.write_all([(tmp_path / "a.csv", "a\n"), (os.fspath(tmp_path / "new.csv"), ahead[0]),
@@ -136,7 +137,7 @@ def test_staged_ahead_is_committed_with_the_rest(tmp_path):
 
 
 def test_staged_ahead_is_discarded_when_the_batch_fails(tmp_path):
-    ahead = output.stage(os.fspath(tmp_path / "r0.csv"), "x\n", tag="t2")
+    ahead = output.stage(output.plan(os.fspath(tmp_path / "r0.csv")), "x\n", tag="t2")
 
     def items():
         yield os.fspath(tmp_path / "r0.csv"), ahead
@@ -147,7 +148,7 @@ def test_staged_ahead_is_discarded_when_the_batch_fails(tmp_path):
 
 
 def test_staged_ahead_for_another_path_is_refused(tmp_path):
-    ahead = output.stage(os.fspath(tmp_path / "r0.csv"), "x\n")
+    ahead = output.stage(output.plan(os.fspath(tmp_path / "r0.csv")), "x\n")
     with pytest.raises(ValueError, match="staged for"):
         output.write_all([(os.fspath(tmp_path / "r1.csv"), ahead)])
     assert os.listdir(tmp_path) == []
@@ -155,8 +156,8 @@ def test_staged_ahead_for_another_path_is_refused(tmp_path):
 
 def test_discard_tagged_removes_only_that_tag(tmp_path):
     """What a process that died after `stage(..., tag=T)` left is found by its tag; nothing else is touched."""
-    mine = [output.stage(os.fspath(tmp_path / f"r{i}.csv"), "x\n", tag="deadbeef") for i in range(3)]
-    other = output.stage(os.fspath(tmp_path / "r0.csv"), "y\n", tag="cafe")
+    mine = [output.stage(output.plan(os.fspath(tmp_path / f"r{i}.csv")), "x\n", tag="deadbeef") for i in range(3)]
+    other = output.stage(output.plan(os.fspath(tmp_path / "r0.csv")), "y\n", tag="cafe")
     (tmp_path / "keep.csv").write_text("k")
     (tmp_path / ".hidden.tmp").write_text("h")
     output.discard_tagged(os.fspath(tmp_path), "deadbeef")

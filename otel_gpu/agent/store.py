@@ -49,6 +49,16 @@ class _Cell:
         self.fresh = 0
         self.stale = True
 
+    def add(self, now: float, value: float, oldest: float) -> None:
+        """A sample at `now` (s) in a windowed series; samples older than `oldest` leave the window
+        (`Store.put`'s common-case loop does the same inline)."""
+        self.times.append(now)
+        self.values.append(value)
+        self.total += value
+        self.fresh += 1
+        if self.times[0] < oldest:
+            self.trim(oldest)
+
     def trim(self, oldest: float) -> None:
         times, values = self.times, self.values
         while times and times[0] < oldest:
@@ -107,7 +117,7 @@ class Store:
                 cell = slot[3]
                 cell.value = value
                 values = cell.values
-                if values is not None:   # windowed: _Cell.add, inlined (the hottest loop of a round)
+                if values is not None:   # windowed: _Cell.add inlined (the hottest loop of a round)
                     times = cell.times
                     times.append(now)
                     values.append(value)
@@ -131,12 +141,7 @@ class Store:
                 cell.value = value
                 cell.serial = serial
                 if cell.times is not None:
-                    cell.times.append(now)
-                    cell.values.append(value)
-                    cell.total += value
-                    cell.fresh += 1
-                    if cell.times[0] < oldest:
-                        cell.trim(oldest)
+                    cell.add(now, value, oldest)
             for spec, _, key, cell in prev:
                 if cell.serial != serial:   # not reported this time: gone
                     series = self._series.get(spec.name, {})

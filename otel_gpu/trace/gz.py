@@ -16,8 +16,8 @@ _isal_error: tuple = ()
 if os.environ.get("OTELGPU_TRACE_GZIP", "").lower() != "zlib":
     try:
         from isal import igzip as _igzip, isal_zlib as _isal_zlib
-    except ImportError:  # pragma: no cover - depends on the environment
-        _igzip = None
+    except ImportError:  # pragma: no cover - depends on the environment (_igzip stays None)
+        pass
     else:
         _isal_error = (_isal_zlib.error,)
 

@@ -41,13 +41,14 @@ def rank_files(v, pairs: dict, keep: Callable[[str, str], object] | None) -> dic
     the CLI stages the file itself, see report_files.RankFileStage); ``keep`` None: no file is made."""
     if keep is None:
         return {"series": [], "pairs": []}
-    queue_name, membw_name = f"queue_length_series_rank{v.rank}.csv", f"memory_bw_series_rank{v.rank}.csv"
-    pairs_name = f"cuda_kernel_launch_stats_rank{v.rank}.csv"
-    return {"series": [(queue_name, keep(queue_name, series_csv(("ts", "stream", "queue_length"),
-                                                               counters.queue_length_series(v)))),
-                       (membw_name, keep(membw_name, series_csv(("ts", "name", "memory_bw_gbps"),
-                                                               counters.memory_bw_series(v))))],
-            "pairs": [(pairs_name, keep(pairs_name, pairs_csv(pairs)))]}
+
+    def kept(name: str, text: str) -> tuple[str, object]:
+        return name, keep(name, text)
+    r = v.rank
+    queue = series_csv(("ts", "stream", "queue_length"), counters.queue_length_series(v))
+    membw = series_csv(("ts", "name", "memory_bw_gbps"), counters.memory_bw_series(v))
+    return {"series": [kept(f"queue_length_series_rank{r}.csv", queue), kept(f"memory_bw_series_rank{r}.csv", membw)],
+            "pairs": [kept(f"cuda_kernel_launch_stats_rank{r}.csv", pairs_csv(pairs))]}
 
 
 def pack(text: str) -> bytes:

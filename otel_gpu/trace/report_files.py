@@ -90,7 +90,7 @@ class RankFileStage:
             t = output.plan(path, self.inputs, label)
             if t.kind != output.REPLACE or os.path.dirname(t.real) != self.real:
                 return rank_csv.pack(text)
-            return output.stage(path, text, self.inputs, label=label, tag=self.tag)
+            return output.stage(t, text, tag=self.tag)
         except OSError as exc:
             raise StageFailed(exc.errno, exc.strerror, exc.filename or path) from None
 
