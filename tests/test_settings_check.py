@@ -125,3 +125,17 @@ def test_an_unknown_setting_is_a_warning(tmp_path):
     assert ("otel-gpu run: warning: OTELGPU_PROFILE_UPLOADS is not an otel-gpu setting and is ignored "
             "(did you mean OTELGPU_PROFILE_UPLOAD_S?)") in proc.stderr.splitlines()
     assert marker.exists()
+
+
+def test_every_variable_the_package_reads_by_name_is_known_and_documented():
+    """An OTELGPU_* name read straight from the environment anywhere in the package is a known
+    setting (no "not an otel-gpu setting" warning for it) and documented (docs/ or the README)."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).parents[1]
+    docs = "".join(p.read_text() for p in [root / "README.md", *(root / "docs").glob("*.md")])
+    read = re.compile(r'(?:environ\.get\(|environ\[|getenv\()\s*"(OTELGPU_[A-Z0-9_]+)"')
+    names = {m for p in (root / "otel_gpu").rglob("*.py") for m in read.findall(p.read_text())}
+    assert "OTELGPU_TRACE_GZIP" in names
+    for name in sorted(names):
+        assert name in KNOWN and name in docs, name
