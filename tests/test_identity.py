@@ -1,9 +1,12 @@
 """Node, job and rank identity from launcher environments; OTLP settings from OTEL_* variables."""
+import uuid
+
 import pytest
+from hypothesis import given, strategies as st
 
 from otel_gpu.errors import ConfigError
 from otel_gpu.export import otlp_settings
-from otel_gpu.identity import instance_id, job_name, point_attributes, rank_info, resource_attributes
+from otel_gpu.identity import _NAMESPACE, uuid5, instance_id, job_name, point_attributes, rank_info, resource_attributes
 
 
 def test_torchrun_rank_variables():
@@ -55,3 +58,10 @@ def test_otlp_settings_defaults_and_validation():
                 {"OTEL_METRIC_EXPORT_INTERVAL": "0"}, {"OTEL_EXPORTER_OTLP_TIMEOUT": "soon"}):
         with pytest.raises(ConfigError):
             otlp_settings(env, default_interval_s=10)
+
+
+@given(st.text(), st.uuids())
+def test_uuid5_is_the_standard_librarys(name, namespace):
+    """The agent's UUIDv5 (built-in SHA-1, no OpenSSL) is `uuid.uuid5`'s for any name."""
+    assert uuid5(namespace, name) == uuid.uuid5(namespace, name)
+    assert uuid5(_NAMESPACE, name) == uuid.uuid5(_NAMESPACE, name)

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import logging
 import queue
-import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterable
 
 log = logging.getLogger("otel_gpu.sources.nvml")
 
@@ -47,15 +46,23 @@ class CallCost:
 
     @property
     def wall_s(self) -> float:
-        return statistics.median(self.walls) if self.walls else 0.0
+        return median(self.walls) if self.walls else 0.0
 
     @property
     def cpu_s(self) -> float:
-        return statistics.median(self.cpus) if self.cpus else 0.0
+        return median(self.cpus) if self.cpus else 0.0
 
     @property
     def costly(self) -> bool:
         return is_costly(self.wall_s, self.cpu_s)
+
+
+def median(values: Iterable[float]) -> float:
+    """The median of a non-empty series (as `statistics.median`, whose import brings `decimal` and
+    `fractions` into the node agent)."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def is_costly(wall_s: float, cpu_s: float) -> bool:

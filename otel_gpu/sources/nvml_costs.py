@@ -8,7 +8,6 @@ devices and passes in its `call` (nvml_device.call with its error counter).
 """
 from __future__ import annotations
 
-import statistics
 import time
 from functools import partial
 from typing import Callable
@@ -19,7 +18,7 @@ from .. import names as N
 from ..readings import SLOW_READ_S, Reading, new_reading
 from . import gpm as gpm_mod
 from . import nvml_errors as E
-from .nvml_cadence import BUDGET_CPU, BackgroundLane, SlowField, stretch, timed
+from .nvml_cadence import BUDGET_CPU, BackgroundLane, SlowField, median, stretch, timed
 from .nvml_device import KIB, MIB, MIG_RESCAN_S, SKIP, Device, DeviceLost
 
 PCIE_MIN_INTERVAL_S = 1.0   # seconds between nvmlDeviceGetPcieThroughput calls per device, at least
@@ -209,8 +208,8 @@ class CostlyFields:
             costs = [d.costs[name] for d in live if name in d.costs]
             unsupported = bool(live) and all(name in d.unsupported for d in live)
             rows.append({"field": name, "call": costs[0].call.replace("nvmlDevice", "") if costs else CALLS.get(name, "-"),
-                         "wall_ms": _ms(statistics.median(c.wall_s for c in costs)) if costs else None,
-                         "cpu_ms": _ms(statistics.median(c.cpu_s for c in costs)) if costs else None,
+                         "wall_ms": _ms(median(c.wall_s for c in costs)) if costs else None,
+                         "cpu_ms": _ms(median(c.cpu_s for c in costs)) if costs else None,
                          "read": "unsupported" if unsupported else self._how_read(name, live)})
         return rows
 

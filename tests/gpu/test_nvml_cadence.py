@@ -16,7 +16,7 @@ from otel_gpu.agent.store import Store, attrs_key
 from otel_gpu.sources.fake_nvml import H100_COSTS, FakeCost, FakeNvml, a100, hopper
 from otel_gpu.sources.gpm import sample_spacing
 from otel_gpu.sources.nvml import NvmlSource
-from otel_gpu.sources.nvml_cadence import BUDGET_CPU, CallCost, is_costly, stretch
+from otel_gpu.sources.nvml_cadence import BUDGET_CPU, CallCost, is_costly, median, stretch
 
 from .conftest import StepClock, by_gpu
 
@@ -248,3 +248,10 @@ def test_doctor_says_how_often_gpm_is_sampled_at_the_agents_interval():
         finally:
             src.close()
         assert rows["gpm"]["read"].startswith(expected), rows["gpm"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=10, allow_nan=False), min_size=1, max_size=30))
+def test_median_is_statistics_median(values):
+    """The cost medians are `statistics.median`'s, bit for bit (its import is kept out of the agent)."""
+    assert median(values) == statistics.median(values)
