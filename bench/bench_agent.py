@@ -30,7 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.servers import NodeExporter, Prometheus, free_port, wait_until  # noqa: E402
+from tests.servers import (PROMETHEUS_BIN, NodeExporter, Prometheus, Server, VictoriaMetrics,  # noqa: E402
+                           free_port, wait_until)
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -74,8 +75,58 @@ def stop_agent(proc: subprocess.Popen, interval: float) -> None:
         proc.kill()
 
 
+class PrometheusScraper:
+    """Prometheus scraping every target at `interval` (the build machines have it)."""
+
+    def __init__(self, targets: dict[str, str], interval: str, tmp: Path):
+        self.server = Prometheus(f"global:\n  scrape_interval: {interval}\n  scrape_timeout: {interval}\n", tmp).start()
+        for job, host_port in targets.items():
+            self.server.add_scrape_target(job, host_port, interval=interval, timeout=60)
+
+    def scrapes(self, job: str, seconds: float) -> float:
+        """Scrapes of `job` in the last `seconds` (its `up` samples)."""
+        got = self.server.get("/api/v1/query", query=f'count_over_time(up{{job="{job}"}}[{int(seconds)}s])')
+        result = got.json()["data"]["result"]
+        return float(result[0]["value"][1]) if result else 0.0
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class VictoriaMetricsScraper(PrometheusScraper):
+    """VictoriaMetrics' own Prometheus scraper (`-promscrape.config`), where Prometheus is not
+    installed (the GPU machine carries VictoriaMetrics). Like Prometheus it asks for gzip."""
+
+    def __init__(self, targets: dict[str, str], interval: str, tmp: Path):
+        tmp.mkdir(parents=True, exist_ok=True)
+        config = tmp / "scrape.yml"
+        jobs = [{"job_name": job, "scrape_interval": interval, "scrape_timeout": interval,
+                 "static_configs": [{"targets": [host_port]}]} for job, host_port in targets.items()]
+        import yaml
+        config.write_text(yaml.safe_dump({"scrape_configs": jobs}, sort_keys=False))
+        self.server = VictoriaMetrics(tmp, extra_args=[f"-promscrape.config={config}"]).start()
+        for job in targets:
+            wait_until(lambda: self._up(job), 60, f"target {job} up")
+
+    def _up(self, job: str) -> bool:
+        self.server.flush()
+        result = self.server.get("/api/v1/query", query=f'up{{job="{job}"}}').json()["data"]["result"]
+        return bool(result) and result[0]["value"][1] == "1"
+
+    def scrapes(self, job: str, seconds: float) -> float:
+        self.server.flush()
+        return super().scrapes(job, seconds)
+
+
+def scraper_kind(choice: str) -> str:
+    """'prometheus' or 'victoria-metrics': `choice`, or for 'auto' Prometheus where it is installed."""
+    if choice != "auto":
+        return choice
+    return "prometheus" if Server.available(PROMETHEUS_BIN) else "victoria-metrics"
+
+
 def measure(interval: float, duration: float, tmp: Path, gpus: str,
-            baseline: Path | None = None) -> dict[str, dict[str, float]]:
+            baseline: Path | None = None, scraper: str = "prometheus") -> dict[str, dict[str, float]]:
     """`gpus`: a count of fake GPUs, or 'real' for the node's GPUs through NVML; `baseline`: another
     checkout whose agent runs beside, on the same GPUs (before/after in the same conditions)."""
     flags = () if gpus == "real" else ("--fake-gpus", gpus)
@@ -86,16 +137,18 @@ def measure(interval: float, duration: float, tmp: Path, gpus: str,
     agents["agent --no-gpu (host only)"] = start_agent(interval, "--no-gpu")
     node = NodeExporter(tmpdir=tmp / f"ne-{interval}", collectors=("cpu", "meminfo", "diskstats", "netdev")).start()
     scrape = f"{int(interval * 1000)}ms"
-    prom = Prometheus(f"global:\n  scrape_interval: {scrape}\n  scrape_timeout: {scrape}\n",
-                      tmp / f"prom-{interval}").start()
+    prom = None
     try:
         import httpx
         pids = {name: proc.pid for name, (proc, _) in agents.items()} | {"node_exporter": node.pid}
+        targets = {}
         for i, (name, (_, port)) in enumerate(agents.items()):
             wait_until(lambda: _serving(httpx, f"http://127.0.0.1:{port}/metrics"), 60, f"{name} endpoint")
-            prom.add_scrape_target(f"agent{i}", f"127.0.0.1:{port}", interval=scrape, timeout=60)
-        prom.add_scrape_target("node", node.host_port, interval=scrape, timeout=60)
-        jobs = dict(zip(pids, [f"agent{i}" for i in range(len(agents))] + ["node"]))
+            targets[f"agent{i}"] = f"127.0.0.1:{port}"
+        targets["node"] = node.host_port
+        kind = PrometheusScraper if scraper == "prometheus" else VictoriaMetricsScraper
+        prom = kind(targets, scrape, tmp / f"{scraper}-{interval}")
+        jobs = dict(zip(pids, targets))
         time.sleep(2)   # all warm: imports done, first scrapes served
         start = {name: cpu_seconds(pid) for name, pid in pids.items()}
         t0 = time.monotonic()
@@ -104,16 +157,15 @@ def measure(interval: float, duration: float, tmp: Path, gpus: str,
         out = {}
         for name, pid in pids.items():
             cpu = cpu_seconds(pid) - start[name]
-            got = prom.get("/api/v1/query", query=f'count_over_time(up{{job="{jobs[name]}"}}[{int(duration)}s])')
-            result = got.json()["data"]["result"]
             out[name] = {"cpu_s": cpu, "cpu_pct_core": 100 * cpu / wall, "peak_rss_mb": peak_rss_mb(pid),
-                         "scrapes": float(result[0]["value"][1]) if result else 0.0}
+                         "scrapes": prom.scrapes(jobs[name], duration)}
         return out
     finally:
         for proc, _ in agents.values():
             stop_agent(proc, interval)
         node.stop()
-        prom.stop()
+        if prom is not None:
+            prom.stop()
 
 
 def main() -> int:
@@ -126,6 +178,9 @@ def main() -> int:
     p.add_argument("--real-gpus", action="store_true", help="read this node's GPUs through NVML (a GPU node)")
     p.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
                    help="also run the agent of another checkout (e.g. a copy of the previous commit) beside")
+    p.add_argument("--scraper", choices=("auto", "prometheus", "victoria-metrics"), default="auto",
+                   help="what scrapes every process at the interval (auto: Prometheus where it is installed, "
+                        "else VictoriaMetrics' scraper)")
     args = p.parse_args()
     if args.baseline is not None and not (args.baseline / "otel_gpu" / "__main__.py").is_file():
         print(f"--baseline {args.baseline}: not a checkout of this project", file=sys.stderr)
@@ -139,10 +194,11 @@ def main() -> int:
         except pynvml.NVMLError as err:
             print(f"--real-gpus: NVML cannot start here ({err})", file=sys.stderr)
             return 2
+    scraper = scraper_kind(args.scraper)
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Agent vs node_exporter, {args.duration:g} s each, same Prometheus, same scrape rate")
+    table = Table(title=f"Agent vs node_exporter, {args.duration:g} s each, scraped by the same {scraper} at the same rate")
     for col in ("interval", "process", "CPU s", "% of one core", "peak RSS MB", "scrapes", "CPU / node_exporter",
                 "RSS / node_exporter"):
         table.add_column(col)
@@ -150,7 +206,7 @@ def main() -> int:
         for interval in (float(x) for x in args.intervals.split(",")):
             ratios: dict[str, list[float]] = {}
             for run in range(args.repeat):
-                r = measure(interval, args.duration, Path(tmp) / f"run{run}", gpus, args.baseline)
+                r = measure(interval, args.duration, Path(tmp) / f"run{run}", gpus, args.baseline, scraper)
                 peer = max(r["node_exporter"]["cpu_s"], 1e-9)
                 peer_rss = r["node_exporter"]["peak_rss_mb"]
                 for name, m in r.items():
