@@ -56,10 +56,11 @@ def _serving(httpx, url: str) -> bool:
         return False
 
 
-def start_agent(interval: float, *flags: str, root: Path = ROOT) -> tuple[subprocess.Popen, int]:
+def start_agent(interval: float, *flags: str, root: Path = ROOT,
+                extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
     """The agent of the checkout at `root` (this one by default)."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(root)}   # that checkout's package, not an installed one
+    env = {**os.environ, "PYTHONPATH": str(root), **(extra_env or {})}   # that checkout's package
     proc = subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", *flags,
                              "--interval", str(interval), "--prometheus-port", str(port)],
                             cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -125,15 +126,29 @@ def scraper_kind(choice: str) -> str:
     return "prometheus" if Server.available(PROMETHEUS_BIN) else "victoria-metrics"
 
 
+def build_stub(folder: Path) -> Path:
+    """Compile bench/nvml_stub/stub_nvml.c into `folder`/libnvidia-ml.so.1; returns `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(folder / "libnvidia-ml.so.1"),
+                    str(ROOT / "bench" / "nvml_stub" / "stub_nvml.c"), "-lm"], check=True)
+    return folder
+
+
 def measure(interval: float, duration: float, tmp: Path, gpus: str,
-            baseline: Path | None = None, scraper: str = "prometheus") -> dict[str, dict[str, float]]:
-    """`gpus`: a count of fake GPUs, or 'real' for the node's GPUs through NVML; `baseline`: another
-    checkout whose agent runs beside, on the same GPUs (before/after in the same conditions)."""
+            baseline: Path | None = None, scraper: str = "prometheus",
+            stub: Path | None = None, beside_fake: int = 0) -> dict[str, dict[str, float]]:
+    """`gpus`: a count of fake GPUs, or 'real' for the node's GPUs through NVML (with `stub`, the
+    stub library in that folder stands in for libnvidia-ml); `baseline`: another checkout whose
+    agent runs beside, on the same GPUs (before/after in the same conditions); `beside_fake`: also an
+    agent on that many fake GPUs, in the same window."""
     flags = () if gpus == "real" else ("--fake-gpus", gpus)
-    what = "real GPUs" if gpus == "real" else f"{gpus} fake GPUs"
-    agents = {f"agent ({what} + host)": start_agent(interval, *flags)}
+    env = {"LD_LIBRARY_PATH": str(stub)} if stub is not None else None
+    what = ("stub NVML GPUs" if stub else "real GPUs") if gpus == "real" else f"{gpus} fake GPUs"
+    agents = {f"agent ({what} + host)": start_agent(interval, *flags, extra_env=env)}
     if baseline is not None:
-        agents[f"baseline agent ({what} + host)"] = start_agent(interval, *flags, root=baseline)
+        agents[f"baseline agent ({what} + host)"] = start_agent(interval, *flags, root=baseline, extra_env=env)
+    if beside_fake:
+        agents[f"agent ({beside_fake} fake GPUs + host)"] = start_agent(interval, "--fake-gpus", str(beside_fake))
     agents["agent --no-gpu (host only)"] = start_agent(interval, "--no-gpu")
     node = NodeExporter(tmpdir=tmp / f"ne-{interval}", collectors=("cpu", "meminfo", "diskstats", "netdev")).start()
     scrape = f"{int(interval * 1000)}ms"
@@ -176,6 +191,11 @@ def main() -> int:
                    help="runs per interval; with more than one, a last row gives the median ratios")
     p.add_argument("--gpus", type=int, default=8, help="fake GPUs (H100 call costs) for the agent to read")
     p.add_argument("--real-gpus", action="store_true", help="read this node's GPUs through NVML (a GPU node)")
+    p.add_argument("--stub-gpus", type=int, default=None, metavar="N",
+                   help="read N GPUs through pynvml and a C stand-in for libnvidia-ml with H100 call costs "
+                        "(bench/nvml_stub; needs gcc): the agent's real-NVML path without a GPU")
+    p.add_argument("--beside-fake", action="store_true",
+                   help="with --stub-gpus N: also an agent on N fake GPUs (fake_nvml.py) in the same window")
     p.add_argument("--baseline", type=Path, default=None, metavar="CHECKOUT",
                    help="also run the agent of another checkout (e.g. a copy of the previous commit) beside")
     p.add_argument("--scraper", choices=("auto", "prometheus", "victoria-metrics"), default="auto",
@@ -185,8 +205,13 @@ def main() -> int:
     if args.baseline is not None and not (args.baseline / "otel_gpu" / "__main__.py").is_file():
         print(f"--baseline {args.baseline}: not a checkout of this project", file=sys.stderr)
         return 2
-    gpus = "real" if args.real_gpus else str(args.gpus)
-    if gpus == "real":
+    gpus = "real" if args.real_gpus or args.stub_gpus else str(args.gpus)
+    if args.stub_gpus:
+        if args.real_gpus or args.stub_gpus < 1:
+            print("--stub-gpus: a count of GPUs of 1 or more, without --real-gpus", file=sys.stderr)
+            return 2
+        os.environ["STUB_NVML_GPUS"] = str(args.stub_gpus)
+    elif gpus == "real":
         import pynvml
         try:
             pynvml.nvmlInit()
@@ -203,10 +228,12 @@ def main() -> int:
                 "RSS / node_exporter"):
         table.add_column(col)
     with tempfile.TemporaryDirectory() as tmp:
+        stub = build_stub(Path(tmp) / "nvml-stub") if args.stub_gpus else None
         for interval in (float(x) for x in args.intervals.split(",")):
             ratios: dict[str, list[float]] = {}
             for run in range(args.repeat):
-                r = measure(interval, args.duration, Path(tmp) / f"run{run}", gpus, args.baseline, scraper)
+                r = measure(interval, args.duration, Path(tmp) / f"run{run}", gpus, args.baseline, scraper, stub,
+                            args.stub_gpus if args.beside_fake and args.stub_gpus else 0)
                 peer = max(r["node_exporter"]["cpu_s"], 1e-9)
                 peer_rss = r["node_exporter"]["peak_rss_mb"]
                 for name, m in r.items():

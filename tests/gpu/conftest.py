@@ -1,10 +1,16 @@
 """Fixtures for the GPU sources: the fake NVML, and the real `pynvml` where a GPU exists.
 
-Tests parametrized over `backend` run once against `FakeNvml` and once (marked
-`gpu`) against the real NVML; the real run skips, with the reason, where
-`nvmlInit()` fails (no driver, no GPU).
+Tests parametrized over `backend` run once against `FakeNvml`, once against the real `pynvml`
+bound to a C stand-in for libnvidia-ml (bench/nvml_stub: pynvml's own ctypes wrappers and
+structures, which `FakeNvml` replaces, on CPU machines) and once (marked `gpu`) against the real
+NVML; the real run skips, with the reason, where `nvmlInit()` fails (no driver, no GPU).
 """
 from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from pathlib import Path
 
 import pynvml
 import pytest
@@ -27,11 +33,43 @@ def real_nvml():
     return _real_nvml()
 
 
-@pytest.fixture(params=["fake", pytest.param("real", marks=pytest.mark.gpu)])
+STUB_SOURCE = Path(__file__).resolve().parents[2] / "bench" / "nvml_stub" / "stub_nvml.c"
+STUB_GPUS = 4
+
+
+@pytest.fixture(scope="session")
+def stub_library(tmp_path_factory) -> Path:
+    """bench/nvml_stub/stub_nvml.c built as a libnvidia-ml.so.1 (a skip, with the reason, without gcc)."""
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        pytest.skip("no C compiler (gcc) here to build the libnvidia-ml stand-in")
+    out = tmp_path_factory.mktemp("nvml-stub") / "libnvidia-ml.so.1"
+    subprocess.run([gcc, "-O2", "-shared", "-fPIC", "-o", str(out), str(STUB_SOURCE), "-lm"], check=True)
+    return out
+
+
+@pytest.fixture
+def stub_pynvml(stub_library, monkeypatch):
+    """The real `pynvml`, its library swapped for the stand-in (STUB_GPUS GPUs) for one test."""
+    monkeypatch.setenv("STUB_NVML_GPUS", str(STUB_GPUS))
+    saved = pynvml.nvmlLib, dict(pynvml._nvmlGetFunctionPointer_cache)
+    pynvml.nvmlLib = ctypes.CDLL(str(stub_library))
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    try:
+        yield pynvml
+    finally:
+        pynvml.nvmlLib = saved[0]
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+        pynvml._nvmlGetFunctionPointer_cache.update(saved[1])
+
+
+@pytest.fixture(params=["fake", "stub", pytest.param("real", marks=pytest.mark.gpu)])
 def backend(request):
-    """(kind, nvml module): an 8-GPU Hopper fake, or the real NVML."""
+    """(kind, nvml module): an 8-GPU Hopper fake, pynvml on the C stand-in, or the real NVML."""
     if request.param == "real":
         return "real", _real_nvml()
+    if request.param == "stub":
+        return "stub", request.getfixturevalue("stub_pynvml")
     return "fake", fake_cluster_node(8, "hopper")
 
 
