@@ -1,6 +1,6 @@
 """A/B of the agent's CPU: a base revision and the working tree, side by side in one run.
 
-Both agents (8 fake GPUs, every host source, sampling every --interval s) start together and
+Both agents (8 fake GPUs, or --stub-gpus N through pynvml and bench/nvml_stub; every host source, sampling every --interval s) start together and
 are scraped together over one kept-alive connection each, at the sampling interval; their
 utime+stime comes from /proc (10 ms ticks), and their threads' run time from
 /proc/PID/task/*/schedstat (ns: a 2% change at 1 s is a few ticks in two minutes). The base revision is checked out into a temporary git worktree.
@@ -10,6 +10,7 @@ utime+stime comes from /proc (10 ms ticks), and their threads' run time from
 from __future__ import annotations
 
 import argparse
+import os
 import http.client
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_agent import cpu_seconds  # noqa: E402
+from bench.bench_agent import build_stub, cpu_seconds  # noqa: E402
 
 
 def run_ns(pid: int) -> int:
@@ -37,10 +38,13 @@ def run_ns(pid: int) -> int:
 from tests.servers import free_port, wait_until  # noqa: E402
 
 
-def start(tree: Path, port: int, interval: float) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", "--fake-gpus", "8",
+def start(tree: Path, port: int, interval: float, stub: Path | None = None) -> subprocess.Popen:
+    """The agent of `tree` on 8 fake GPUs, or with `stub` on pynvml and the stand-in library there."""
+    gpus = ["--fake-gpus", "8"] if stub is None else []
+    env = {**os.environ, "LD_LIBRARY_PATH": str(stub)} if stub is not None else None
+    return subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", *gpus,
                              "--interval", str(interval), "--prometheus-port", str(port)],
-                            cwd=tree, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def serving(port: int) -> bool:
@@ -65,13 +69,20 @@ def main() -> int:
     p.add_argument("--base", required=True, help="git revision to compare the working tree with")
     p.add_argument("--duration", type=float, default=120.0, help="seconds measured")
     p.add_argument("--interval", type=float, default=1.0, help="sampling and scrape interval, seconds")
+    p.add_argument("--stub-gpus", type=int, default=None, metavar="N",
+                   help="N GPUs through pynvml and the C stand-in for libnvidia-ml (bench/nvml_stub) "
+                        "instead of 8 fake GPUs")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="ab-agent-") as tmp:
+        stub = None
+        if args.stub_gpus:
+            stub = build_stub(Path(tmp) / "nvml-stub")
+            os.environ["STUB_NVML_GPUS"] = str(args.stub_gpus)
         base = Path(tmp) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT, check=True,
                        capture_output=True)
         ports = [free_port(), free_port()]
-        procs = [start(base, ports[0], args.interval), start(ROOT, ports[1], args.interval)]
+        procs = [start(base, ports[0], args.interval, stub), start(ROOT, ports[1], args.interval, stub)]
         stop = threading.Event()
         try:
             for port in ports:

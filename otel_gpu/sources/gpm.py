@@ -18,6 +18,7 @@ from ..names import (
 )
 from ..readings import Reading, new_reading
 from . import nvml_errors
+from .gpm_request import MetricsRequest
 
 MIB = 1024 * 1024
 MIN_INTERVAL_S = 0.1  # NVML: GPM samples must be more than 100 ms apart
@@ -121,7 +122,7 @@ class GpmDevice:
         self._prev = nvml.nvmlGpmSampleAlloc()
         self._cur = nvml.nvmlGpmSampleAlloc()
         self._prev_t: float | None = None
-        self._request = nvml.c_nvmlGpmMetricsGet_t()
+        self._request = MetricsRequest(nvml)
         self.values: dict[str, float] = {}   # last computed values, raw NVML units
         self.computed = 0                    # computations so far (each over a new interval)
         self.interval_s = 0.0                # seconds between the two samples of the last computation
@@ -145,22 +146,16 @@ class GpmDevice:
         return self.values
 
     def _compute(self) -> dict[str, float]:
-        nvml, req = self._nvml, self._request
-        ids = [i for i, n in self._ids.items() if n not in self.unsupported]
-        req.version = nvml.NVML_GPM_METRICS_GET_VERSION
-        req.numMetrics = len(ids)
-        req.sample1 = self._prev
-        req.sample2 = self._cur
-        for k, mid in enumerate(ids):
-            req.metrics[k].metricId = mid
-        nvml.nvmlGpmMetricsGet(req)
+        nvml = self._nvml
+        ids = tuple(i for i, n in self._ids.items() if n not in self.unsupported)
         values = {}
-        for k, mid in enumerate(ids):
-            m = req.metrics[k]
-            name = self._ids[mid]
-            if m.nvmlReturn == nvml.NVML_SUCCESS:
-                values[name] = float(m.value)
-            elif m.nvmlReturn in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT):
+        for mid, ret, value in self._request.run(ids, self._prev, self._cur):
+            name = self._ids.get(mid)
+            if name is None:
+                continue
+            if ret == nvml.NVML_SUCCESS:
+                values[name] = float(value)
+            elif ret in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_INVALID_ARGUMENT):
                 self.unsupported.add(name)
         return values
 
