@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Every check that needs a real GPU, in as few device calls as possible; figures go to $OUT (the device
-# run's output folder) or ./gpu-check-out. Prepare once here with `bash ../shared/gpu/wheels.sh`, send
-# .whl/ along (carry), then on the GPU machine, from the checkout's root:
+# Every check that needs a real GPU, in two calls; figures go to $OUT or ./gpu-check-out. Run on a GPU
+# machine from the checkout's root, with the project and its test dependencies importable there (or
+# name a script that sets them up in GPU_CHECK_SETUP: it is sourced first):
 #   bash bench/gpu_node_check.sh agent   # doctor, NVML tests, agent vs node_exporter, the agent's RSS (~5 min)
 #   bash bench/gpu_node_check.sh rest    # the trace, tuner, diagnosis and NCCL gpu tests (<= 8 min)
 # Each step has its own time limit, so one slow step leaves the others' figures.
@@ -9,7 +9,9 @@ set -u
 what=${1:-agent}
 case $what in agent|rest) ;; *) echo "usage: bash bench/gpu_node_check.sh agent|rest"; exit 2 ;; esac
 out=${OUT:-gpu-check-out}; mkdir -p "$out"
-source .whl/on-device.sh || { echo "on-device set-up failed"; exit 1; }
+if [ -n "${GPU_CHECK_SETUP:-}" ]; then
+  source "$GPU_CHECK_SETUP" || { echo "set-up $GPU_CHECK_SETUP failed"; exit 1; }
+fi
 step() {  # step NAME LIMIT_S COMMAND...: run it, keep its output in $out/NAME.txt, print its tail
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
@@ -19,7 +21,7 @@ step() {  # step NAME LIMIT_S COMMAND...: run it, keep its output in $out/NAME.t
 case $what in
 agent)
   step nvidia-smi 30 nvidia-smi
-  step doctor 60 otel-gpu doctor
+  step doctor 60 python3 -m otel_gpu doctor
   step pytest-nvml 150 python3 -m pytest -q -rs -m gpu -p no:cacheprovider tests/gpu/test_nvml_fake.py \
        tests/gpu/test_nvml_golden.py tests/gpu/test_nvml_shared.py tests/gpu/test_nvml_cadence.py tests/gpu/test_units.py
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
