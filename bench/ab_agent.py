@@ -1,11 +1,13 @@
 """A/B of the agent's CPU: a base revision and the working tree, side by side in one run.
 
-Both agents (8 fake GPUs, or --stub-gpus N through pynvml and bench/nvml_stub; every host source, sampling every --interval s) start together and
-are scraped together over one kept-alive connection each, at the sampling interval; their
+Both agents (8 fake GPUs, or with --stub-gpus N that many GPUs through pynvml and the C stand-in
+for libnvidia-ml in bench/nvml_stub; every host source, sampling every --interval s) start together
+and are scraped together over one kept-alive connection each, at the sampling interval; their
 utime+stime comes from /proc (10 ms ticks), and their threads' run time from
-/proc/PID/task/*/schedstat (ns: a 2% change at 1 s is a few ticks in two minutes). The base revision is checked out into a temporary git worktree.
+/proc/PID/task/*/schedstat (ns: a 2% change at 1 s is a few ticks in two minutes). The base
+revision is checked out into a temporary git worktree.
 
-    python bench/ab_agent.py --base HEAD~1 [--duration 120] [--interval 1]
+    python bench/ab_agent.py --base HEAD~1 [--duration 120] [--interval 1] [--stub-gpus 8]
 """
 from __future__ import annotations
 

@@ -7,10 +7,14 @@ the same time for DURATION seconds, all scraped by the same Prometheus at that i
 seconds and peak RSS come from /proc/<pid>; both are printed as ratios to node_exporter's.
 
 The fake GPUs' NVML calls cost what they cost on a real H100 (fake_nvml.H100_COSTS).
-`--real-gpus` reads the node's real GPUs through NVML instead (run it on a GPU node).
+`--real-gpus` reads the node's real GPUs through NVML instead (run it on a GPU node); `--stub-gpus N`
+reads N GPUs through the real pynvml bound to a C stand-in for libnvidia-ml charging the same H100
+costs (bench/nvml_stub: pynvml's own Python and ctypes, which the fake replaces, are timed too).
+Prometheus scrapes where it is installed, else VictoriaMetrics' own scraper (`--scraper`).
 
-    python bench/bench_agent.py [--duration 60] [--intervals 1,0.1] [--repeat 3] [--gpus 8 | --real-gpus]
-                                [--baseline OTHER_CHECKOUT]
+    python bench/bench_agent.py [--duration 60] [--intervals 1,0.1] [--repeat 3]
+                                [--gpus 8 | --real-gpus | --stub-gpus 8 [--beside-fake]]
+                                [--baseline OTHER_CHECKOUT] [--scraper auto|prometheus|victoria-metrics]
 
 `--baseline` runs another checkout's agent beside this one's (same GPUs, same scrapes, same
 moment): on a shared machine whose load moves node_exporter's cost by 10-20% between runs, a
@@ -223,7 +227,8 @@ def main() -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"Agent vs node_exporter, {args.duration:g} s each, scraped by the same {scraper} at the same rate")
+    table = Table(title=f"Agent vs node_exporter, {args.duration:g} s each, "
+                        f"scraped by the same {scraper} at the same rate")
     for col in ("interval", "process", "CPU s", "% of one core", "peak RSS MB", "scrapes", "CPU / node_exporter",
                 "RSS / node_exporter"):
         table.add_column(col)

@@ -2,9 +2,10 @@
 
 pynvml's structures route every attribute access through a Python `__getattribute__` (~0.8 us),
 and a request of 8 metrics took ~40 of them a round per GPU (setting the ids, reading return
-codes and values). Here the ids are written only when the metric set changes, and the results
-are read straight from the structure's memory with one `struct` unpack laid out from pynvml's own
-field offsets. A request that is not a ctypes structure (the fake's) is read attribute by attribute.
+codes and values). Here the ids are written only when the metric set changes (and again if NVML
+ever changed them), and the results are read straight from the structure's memory with one
+`struct` unpack laid out from pynvml's own field offsets. A request that is not a ctypes structure
+(the fake's) is read attribute by attribute.
 """
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ class MetricsRequest:
         nvml, req = self._nvml, self.request
         if ids != self._ids:
             self._fill(ids)
+        req.version = nvml.NVML_GPM_METRICS_GET_VERSION   # every call, as before: NVML may write
+        req.numMetrics = len(ids)                          # to its own request (the ids are checked)
         req.sample1 = sample1
         req.sample2 = sample2
         nvml.nvmlGpmMetricsGet(req)
@@ -61,10 +64,7 @@ class MetricsRequest:
         return list(zip(flat[0::3], flat[1::3], flat[2::3]))
 
     def _fill(self, ids: tuple[int, ...]) -> None:
-        req = self.request
-        req.version = self._nvml.NVML_GPM_METRICS_GET_VERSION
-        req.numMetrics = len(ids)
-        metrics = req.metrics
+        metrics = self.request.metrics
         for k, mid in enumerate(ids):
             metrics[k].metricId = mid
         self._ids = ids
