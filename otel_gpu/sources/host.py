@@ -1,5 +1,5 @@
-"""Host CPU, memory, swap and load, through psutil (a constructor argument for tests); the two
-calls of every round (CPU times, memory) read /proc directly where it is there (hostproc.py).
+"""Host CPU, memory, swap and load, through psutil's interface (a constructor argument for
+tests): answered from /proc directly where it is there (hostproc.py), else by psutil.
 
 Nothing here blocks: CPU utilization is computed from the difference of two
 `cpu_times()` samples, so the first read has none (there is no earlier sample).
@@ -9,11 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-import psutil
-
 from .. import names
 from ..readings import SLOW_READ_S, Reading, SourceError, new_reading
-from .hostproc import ProcHost
+from .hostproc import SWAP_PAGE, ProcHost   # psutil reports swap-in/out as pages * 4096 bytes
 
 CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
 # attributes of the readings, built once (readings share them: never mutated)
@@ -22,7 +20,6 @@ _STATE_ATTRS = {s: {names.MEMORY_STATE: s} for s in ("free", "buffers", "cached"
 _PAGING_ATTRS = {k: {names.PAGING_STATE: k} for k in ("used", "free")}
 _DIRECTION_ATTRS = {k: {names.PAGING_DIRECTION: k} for k in ("in", "out")}
 _MEMORY_FIELDS = ("total", "available", "free", "buffers", "cached")
-SWAP_PAGE = 4096  # psutil reports swap-in/out as pages * 4096 bytes on Linux
 
 
 # ---- pure computations --------------------------------------------------------------
@@ -87,10 +84,14 @@ class HostSource:
 
     def __init__(self, psutil_module: Any = None, clock: Callable[[], float] = time.monotonic,
                  proc_root: str = "/proc"):
-        """`psutil_module`: psutil or a stand-in (tests); by default psutil, with its two calls of
-        every round read from `proc_root` directly where it is readable (hostproc.ProcHost)."""
+        """`psutil_module`: psutil or a stand-in (tests); by default its calls are answered from
+        `proc_root` directly where it is readable (hostproc.ProcHost), else by psutil."""
         if psutil_module is None:
-            psutil_module = ProcHost(psutil, proc_root) if ProcHost.usable(proc_root) else psutil
+            if ProcHost.usable(proc_root):
+                psutil_module = ProcHost(None, proc_root)   # psutil imported only if /proc lacks something
+            else:
+                import psutil
+                psutil_module = psutil
         self.ps = psutil_module
         self.clock = clock
         self.partial_errors = 0

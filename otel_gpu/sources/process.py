@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-import psutil
 
 from .. import names
 from ..readings import Reading
@@ -129,10 +128,12 @@ class ProcessSource:
     name = "process"
 
     def __init__(self, pids: Callable[[], Iterable[int]], proc_root: str = "/proc",
-                 psutil_module: Any = psutil, clock: Callable[[], float] = time.monotonic):
+                 psutil_module: Any = None, clock: Callable[[], float] = time.monotonic):
+        """`psutil_module`: psutil or a stand-in, used only where `proc_root` does not exist
+        (imported then: the node agent on Linux never loads it)."""
         self.pids = pids
         self.proc_root = proc_root
-        self.ps = psutil_module
+        self._ps = psutil_module
         self.clock = clock
         self.partial_errors = 0
         self._tracked: dict[int, _Tracked] = {}
@@ -178,6 +179,13 @@ class ProcessSource:
             return comm
 
     # -- one process, psutil (no /proc)
+    @property
+    def ps(self) -> Any:
+        if self._ps is None:
+            import psutil
+            self._ps = psutil
+        return self._ps
+
     def _sample_psutil(self, pid: int) -> tuple[Any, float, int, dict | None, str]:
         try:
             p = self.ps.Process(pid)

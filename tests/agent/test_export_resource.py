@@ -51,7 +51,8 @@ def free_port() -> int:
 def test_a_prometheus_only_agent_never_loads_the_sdk():
     """The agent's set-up without an OTLP endpoint imports no OTel SDK module, nor http.client and
     ssl (the scrape endpoint is built on socketserver): ~9 MB of a long-running process; nor
-    OpenSSL's hashes (~3.7 MB, for one UUIDv5) or `statistics` (`decimal`, `fractions`)."""
+    OpenSSL's hashes (~3.7 MB, for one UUIDv5), `statistics` (`decimal`, `fractions`) or psutil
+    (~1.7 MB; /proc answers its calls)."""
     code = ("import sys, os\n"
             "from otel_gpu.agent.cli import agent_config, register\n"
             "import argparse\n"
@@ -68,7 +69,7 @@ def test_a_prometheus_only_agent_never_loads_the_sdk():
             "node.close()\n"
             "print(sorted(m for m in sys.modules if m.startswith(('opentelemetry.sdk.metrics', 'opentelemetry.sdk.resources',\n"
             "      'opentelemetry.metrics', 'opentelemetry.exporter', 'ssl', 'http.client', 'http.server',\n"
-            "      '_hashlib', 'statistics', 'decimal'))))\n")
+            "      '_hashlib', 'statistics', 'decimal', 'psutil'))))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr

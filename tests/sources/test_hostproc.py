@@ -51,19 +51,44 @@ def test_meminfo_round_trip_as_psutil_counts(total, free, available, buffers, ca
 @FAST
 @given(junk)
 def test_junk_is_refused_as_the_source_expects(text):
-    for parse in (hostproc.parse_cpu_times, hostproc.parse_meminfo):
+    for parse in (hostproc.parse_cpu_times, hostproc.parse_meminfo, lambda t: hostproc.parse_swap(t, t)):
         try:
             parse(text)
         except (ValueError, IndexError):
             pass   # HostSource counts these as a failed part of the read
 
 
-def test_meminfo_without_memavailable_asks_psutil(tmp_path):
+@FAST
+@given(sizes, sizes, st.integers(0, 2**40), st.integers(0, 2**40), st.booleans())
+def test_swap_is_psutils_swap_memory(tmp_path_factory, total, free, pswpin, pswpout, pgpgin_first):
+    """Our parse of the same /proc/meminfo and /proc/vmstat texts against psutil's own function,
+    pointed at them (psutil.PROCFS_PATH)."""
+    root = tmp_path_factory.mktemp("proc")
+    meminfo = meminfo_text(total + 7, 3, 4, 1, 2, 0) + f"SwapTotal:      {total} kB\nSwapFree:       {free} kB\n"
+    vmstat = (f"nr_free_pages 5\n{'pgpgin 9' if pgpgin_first else 'pgpgout 9'}\n"
+              f"pswpin {pswpin}\npswpout {pswpout}\npgfault 3\n")
+    write_tree(root, {"meminfo": meminfo, "vmstat": vmstat})
+    ours = hostproc.ProcHost(None, str(root)).swap_memory()
+    saved = psutil.PROCFS_PATH
+    psutil.PROCFS_PATH = str(root)
+    try:
+        theirs = psutil.swap_memory()
+    finally:
+        psutil.PROCFS_PATH = saved
+    assert isinstance(ours, hostproc.Swap)
+    assert tuple(ours) == (theirs.total, theirs.used, theirs.free, theirs.sin, theirs.sout)
+
+
+@pytest.mark.parametrize("call, tree", [
+    ("virtual_memory", {"meminfo": "MemTotal: 10 kB\nMemFree: 5 kB\n"}),                      # no MemAvailable
+    ("swap_memory", {"meminfo": "SwapTotal: 4 kB\nSwapFree: 1 kB\n", "vmstat": "pgfault 3\n"}),   # no pswpin
+])
+def test_what_proc_lacks_is_asked_of_psutil(tmp_path, call, tree):
     class Ps:
-        def virtual_memory(self):
-            return "psutil's estimate"
-    write_tree(tmp_path, {"stat": "cpu 1 2 3 4 5 6 7 8 9 10\n", "meminfo": "MemTotal: 10 kB\nMemFree: 5 kB\n"})
-    assert hostproc.ProcHost(Ps(), str(tmp_path)).virtual_memory() == "psutil's estimate"
+        def __getattr__(self, name):
+            return lambda: f"psutil's {name}"
+    write_tree(tmp_path, {"stat": "cpu 1 2 3 4 5 6 7 8 9 10\n", **tree})
+    assert getattr(hostproc.ProcHost(Ps(), str(tmp_path)), call)() == f"psutil's {call}"
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/meminfo"), reason="no /proc here (not Linux)")
@@ -77,5 +102,13 @@ def test_same_values_as_psutil_on_this_machine():
     assert t._fields == before._fields
     for field in t._fields:
         assert getattr(before, field) <= getattr(t, field) <= getattr(after, field), field
-    assert ours.cpu_count(logical=True) == psutil.cpu_count(logical=True)   # the rest is psutil's
+    assert ours.cpu_count(logical=True) == psutil.cpu_count(logical=True)
+    assert ours.cpu_count(logical=False) == psutil.cpu_count(logical=False)   # psutil's own answer
+    before, load, after = psutil.getloadavg(), ours.getloadavg(), psutil.getloadavg()
+    assert all(min(b, a) - 0.5 <= x <= max(b, a) + 0.5 for b, x, a in zip(before, load, after))
+    swap = psutil.swap_memory()
+    mine = ours.swap_memory()
+    assert (mine.total, mine.sin, mine.sout) == (swap.total, swap.sin, swap.sout)   # pages swapped rarely move
+    assert abs(mine.free - swap.free) <= 0.05 * max(swap.total, 1)
+    assert ours.__version__ == psutil.__version__
     assert isinstance(HostSource().ps, hostproc.ProcHost)
