@@ -142,7 +142,11 @@ class ProcHost:
         return memory if memory is not None else self.psutil.virtual_memory()   # psutil's estimate
 
     def swap_memory(self) -> Any:
-        swap = parse_swap(read_text(self._meminfo), read_text(self._vmstat))
+        try:
+            vmstat = read_text(self._vmstat)
+        except OSError:
+            vmstat = ""   # psutil then warns and counts no pages swapped, as before
+        swap = parse_swap(read_text(self._meminfo), vmstat)
         return swap if swap is not None else self.psutil.swap_memory()
 
     def cpu_count(self, logical: bool = True) -> int | None:

@@ -82,6 +82,7 @@ def test_swap_is_psutils_swap_memory(tmp_path_factory, total, free, pswpin, pswp
 @pytest.mark.parametrize("call, tree", [
     ("virtual_memory", {"meminfo": "MemTotal: 10 kB\nMemFree: 5 kB\n"}),                      # no MemAvailable
     ("swap_memory", {"meminfo": "SwapTotal: 4 kB\nSwapFree: 1 kB\n", "vmstat": "pgfault 3\n"}),   # no pswpin
+    ("swap_memory", {"meminfo": "SwapTotal: 4 kB\nSwapFree: 1 kB\n"}),                              # no vmstat
 ])
 def test_what_proc_lacks_is_asked_of_psutil(tmp_path, call, tree):
     class Ps:
