@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_agent import build_stub, cpu_seconds  # noqa: E402
+from bench.nvml_stub.build import NoCompiler  # noqa: E402
 
 
 def run_ns(pid: int) -> int:
@@ -75,10 +76,17 @@ def main() -> int:
                    help="N GPUs through pynvml and the C stand-in for libnvidia-ml (bench/nvml_stub) "
                         "instead of 8 fake GPUs")
     args = p.parse_args()
+    if args.stub_gpus is not None and not 1 <= args.stub_gpus <= 64:
+        print("--stub-gpus: a count of GPUs from 1 to 64 (the stand-in's most)", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory(prefix="ab-agent-") as tmp:
         stub = None
-        if args.stub_gpus:
-            stub = build_stub(Path(tmp) / "nvml-stub")
+        if args.stub_gpus is not None:
+            try:
+                stub = build_stub(Path(tmp) / "nvml-stub")
+            except NoCompiler as err:
+                print(f"--stub-gpus: {err}", file=sys.stderr)
+                return 2
             os.environ["STUB_NVML_GPUS"] = str(args.stub_gpus)
         base = Path(tmp) / "base"
         subprocess.run(["git", "worktree", "add", "--detach", str(base), args.base], cwd=ROOT, check=True,

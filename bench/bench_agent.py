@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.nvml_stub.build import NoCompiler, build  # noqa: E402
 from tests.servers import (PROMETHEUS_BIN, NodeExporter, Prometheus, Server, VictoriaMetrics,  # noqa: E402
                            free_port, wait_until)
 
@@ -131,11 +132,8 @@ def scraper_kind(choice: str) -> str:
 
 
 def build_stub(folder: Path) -> Path:
-    """Compile bench/nvml_stub/stub_nvml.c into `folder`/libnvidia-ml.so.1; returns `folder`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(folder / "libnvidia-ml.so.1"),
-                    str(ROOT / "bench" / "nvml_stub" / "stub_nvml.c"), "-lm"], check=True)
-    return folder
+    """bench/nvml_stub/stub_nvml.c compiled into `folder`; returns `folder` (for LD_LIBRARY_PATH)."""
+    return build(folder).parent
 
 
 def measure(interval: float, duration: float, tmp: Path, gpus: str,
@@ -209,10 +207,11 @@ def main() -> int:
     if args.baseline is not None and not (args.baseline / "otel_gpu" / "__main__.py").is_file():
         print(f"--baseline {args.baseline}: not a checkout of this project", file=sys.stderr)
         return 2
-    gpus = "real" if args.real_gpus or args.stub_gpus else str(args.gpus)
-    if args.stub_gpus:
-        if args.real_gpus or args.stub_gpus < 1:
-            print("--stub-gpus: a count of GPUs of 1 or more, without --real-gpus", file=sys.stderr)
+    gpus = "real" if args.real_gpus or args.stub_gpus is not None else str(args.gpus)
+    if args.stub_gpus is not None:
+        if args.real_gpus or not 1 <= args.stub_gpus <= 64:
+            print("--stub-gpus: a count of GPUs from 1 to 64 (the stand-in's most), without --real-gpus",
+                  file=sys.stderr)
             return 2
         os.environ["STUB_NVML_GPUS"] = str(args.stub_gpus)
     elif gpus == "real":
@@ -233,7 +232,11 @@ def main() -> int:
                 "RSS / node_exporter"):
         table.add_column(col)
     with tempfile.TemporaryDirectory() as tmp:
-        stub = build_stub(Path(tmp) / "nvml-stub") if args.stub_gpus else None
+        try:
+            stub = build_stub(Path(tmp) / "nvml-stub") if args.stub_gpus else None
+        except NoCompiler as err:
+            print(f"--stub-gpus: {err}", file=sys.stderr)
+            return 2
         for interval in (float(x) for x in args.intervals.split(",")):
             ratios: dict[str, list[float]] = {}
             for run in range(args.repeat):

@@ -56,8 +56,7 @@ class MetricsRequest:
         req.sample2 = sample2
         nvml.nvmlGpmMetricsGet(req)
         if self._unpack is None:
-            metrics = req.metrics
-            return [(m.metricId, m.nvmlReturn, m.value) for m in (metrics[k] for k in range(len(ids)))]
+            return [(m.metricId, m.nvmlReturn, m.value) for m in req.metrics[:len(ids)]]
         flat = self._unpack.unpack_from(req, self._layout[0])
         if flat[0::3] != ids:
             self._ids = ()     # NVML rewrote ids it was given: write them all again next time

@@ -8,13 +8,12 @@ NVML; the real run skips, with the reason, where `nvmlInit()` fails (no driver, 
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 from pathlib import Path
 
 import pynvml
 import pytest
 
+from bench.nvml_stub.build import NoCompiler, build
 from otel_gpu.sources.fake_nvml import fake_cluster_node
 
 
@@ -33,19 +32,16 @@ def real_nvml():
     return _real_nvml()
 
 
-STUB_SOURCE = Path(__file__).resolve().parents[2] / "bench" / "nvml_stub" / "stub_nvml.c"
 STUB_GPUS = 4
 
 
 @pytest.fixture(scope="session")
 def stub_library(tmp_path_factory) -> Path:
     """bench/nvml_stub/stub_nvml.c built as a libnvidia-ml.so.1 (a skip, with the reason, without gcc)."""
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        pytest.skip("no C compiler (gcc) here to build the libnvidia-ml stand-in")
-    out = tmp_path_factory.mktemp("nvml-stub") / "libnvidia-ml.so.1"
-    subprocess.run([gcc, "-O2", "-shared", "-fPIC", "-o", str(out), str(STUB_SOURCE), "-lm"], check=True)
-    return out
+    try:
+        return build(tmp_path_factory.mktemp("nvml-stub"))
+    except NoCompiler as err:
+        pytest.skip(str(err))
 
 
 @pytest.fixture
