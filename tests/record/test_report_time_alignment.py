@@ -61,6 +61,21 @@ def test_every_save_is_shaded_where_the_script_measured_it(ckpt_run):
         assert any(x["from"] <= a + 0.2 and x["to"] >= b - 0.2 for x in hit), (a, b, hit)
     for x in bands:   # overlapping saves of several ranks are one band: its edges are some save's edges
         assert min(abs(x["from"] - a) for a, _ in saves) < 0.2 and min(abs(x["to"] - b) for _, b in saves) < 0.2, x
+    # as many bands as the script's saves make when overlapping ones are joined (where two saves of different
+    # ranks are within 0.2 s of touching, either count is right)
+    assert merged_count(saves, 0.2) <= len(bands) <= merged_count(saves, -0.2), (saves, bands)
+
+
+def merged_count(spans, gap: float) -> int:
+    """How many groups spans make when one that starts less than `gap` s after the group's end joins it."""
+    count, end = 0, None
+    for a, b in sorted(spans):
+        if end is None or a - end >= gap:
+            count += 1
+            end = b
+        else:
+            end = max(end, b)
+    return count
 
 
 def test_the_checkpoint_phase_is_drawn_inside_the_saves(ckpt_run):
@@ -120,4 +135,6 @@ def test_the_time_axis_starts_at_the_first_step_with_start_up_left_out(ckpt_run)
     dom, log = open_in_chromium(run.directory / "report.html")
     assert dom.ready and "data-count" not in dom.ids["errors"], log[-2000:]
     assert float(dom.ids["plots-note"]["data-t0"]) == pytest.approx(axis["t0"], abs=1e-3)
-    assert int(dom.ids["plot-phases"]["data-bands"]) == len(plot_of(data, "phases")["bands"]) >= 3
+    # which saves of different ranks overlap depends on this machine's speed: the band count is checked
+    # against the script's saves above; here the page must draw every band the data holds
+    assert int(dom.ids["plot-phases"]["data-bands"]) == len(plot_of(data, "phases")["bands"]) >= 1
