@@ -12,8 +12,8 @@ revision is checked out into a temporary git worktree.
 from __future__ import annotations
 
 import argparse
-import os
 import http.client
+import os
 import subprocess
 import sys
 import tempfile

@@ -208,6 +208,9 @@ def main() -> int:
         print(f"--baseline {args.baseline}: not a checkout of this project", file=sys.stderr)
         return 2
     gpus = "real" if args.real_gpus or args.stub_gpus is not None else str(args.gpus)
+    if args.beside_fake and args.stub_gpus is None:
+        print("--beside-fake: only with --stub-gpus N (an agent on N fake GPUs beside the stand-in's)", file=sys.stderr)
+        return 2
     if args.stub_gpus is not None:
         if args.real_gpus or not 1 <= args.stub_gpus <= 64:
             print("--stub-gpus: a count of GPUs from 1 to 64 (the stand-in's most), without --real-gpus",
@@ -241,7 +244,7 @@ def main() -> int:
             ratios: dict[str, list[float]] = {}
             for run in range(args.repeat):
                 r = measure(interval, args.duration, Path(tmp) / f"run{run}", gpus, args.baseline, scraper, stub,
-                            args.stub_gpus if args.beside_fake and args.stub_gpus else 0)
+                            args.stub_gpus if args.beside_fake else 0)
                 peer = max(r["node_exporter"]["cpu_s"], 1e-9)
                 peer_rss = r["node_exporter"]["peak_rss_mb"]
                 for name, m in r.items():

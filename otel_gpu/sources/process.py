@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-
 from .. import names
 from ..readings import Reading
 from .procenv import rank_of
