@@ -13,11 +13,12 @@ step() { printf '[install] %s\n' "$*"; }
 now() { date +%s; }
 
 # 1. Debian packages: Prometheus, node_exporter, docker-compose (config validation only), Chromium
-#    (headless, to open the recorded-run report in tests/record/test_report_browser.py).
+#    (headless, to open the recorded-run report in tests/record/test_report_browser.py), Alertmanager
+#    (tests/alerts: the shipped rules' alerts delivered to a webhook).
 t0=$(now)
 missing=()
 for pair in prometheus:prometheus prometheus-node-exporter:prometheus-node-exporter docker-compose:docker-compose \
-            chromium:chromium; do
+            chromium:chromium prometheus-alertmanager:prometheus-alertmanager; do
   cmd=${pair%%:*}; pkg=${pair##*:}
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 done
@@ -30,7 +31,7 @@ if ((${#missing[@]})); then
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
   step "apt: done in $(($(now) - t0)) s"
 else
-  step "apt: prometheus, prometheus-node-exporter, docker-compose, chromium already installed"
+  step "apt: prometheus, prometheus-node-exporter, docker-compose, chromium, prometheus-alertmanager already installed"
 fi
 
 # 2. From Debian sid, with a private apt state so the machine's sources stay untouched:
