@@ -142,10 +142,14 @@ class PromClient:
         client: httpx.Client | None = None,
         *,
         name: str = "Prometheus",
+        params: dict[str, str] | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.name = name
+        # sent with every query: e.g. VictoriaMetrics' latency_offset=0s (it otherwise hides the newest
+        # 30 s); Prometheus ignores parameters it does not know
+        self.params = dict(params or {})
         self._owns_client = client is None
         if client is None:
             client = deadline_client(timeout)
@@ -160,7 +164,7 @@ class PromClient:
         """Instant query at ``time`` (unix seconds; default: this machine's now, sent explicitly:
         left to itself VictoriaMetrics answers for its now rounded down to the second, and misses
         what was written in the last second, such as the final export of a run that just ended)."""
-        params = {"query": expr, "time": format_time(_time.time() if time is None else time)}
+        params = {**self.params, "query": expr, "time": format_time(_time.time() if time is None else time)}
         return self._parse(self._call("/api/v1/query", params, query=True), expr)
 
     def query_range(
@@ -168,6 +172,7 @@ class PromClient:
     ) -> list[Series]:
         """Range query from ``start`` to ``end`` (unix seconds) every ``step`` seconds."""
         params = {
+            **self.params,
             "query": expr,
             "start": format_time(start),
             "end": format_time(end),

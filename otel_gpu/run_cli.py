@@ -45,6 +45,9 @@ def register(sub) -> None:
                                                    "is configured: ./otel-gpu-runs/<job>-<UTC time>)")
     p.add_argument("--no-record", action="store_true", help="never record; export over OTLP as configured")
     p.add_argument("--no-report", action="store_true", help="record, but write no report at the end")
+    p.add_argument("--no-live", action="store_true", help="when recording: print no findings while the job runs "
+                                                          "(by default a finding that appears, changes or clears "
+                                                          "is one line on stderr, at most 6 a minute)")
     p.add_argument("--agent", action="store_true", help="also run the node agent (`otel-gpu agent`) for the command's "
                                                         "lifetime (always, when recording)")
     p.add_argument("--no-agent", action="store_true", help="when recording: do not start the node agent")
@@ -143,6 +146,10 @@ def _run(args, latch: children.SignalLatch) -> int:
         if recorded is not None:
             recorded.finish(127)
         raise UsageError(f"cannot start {command[0]}: {exc.strerror or exc}") from None
+    live = None
+    if recorded is not None and proc is not None and not args.no_live:
+        from .run_live import LiveFindings
+        live = LiveFindings(recorded.directory, _own_env(env)).start()
     warm = None
     if recorded is not None and not args.no_report and proc is not None:
         # import the report's code while the command runs; started after the children, so no fork (and its
@@ -156,8 +163,11 @@ def _run(args, latch: children.SignalLatch) -> int:
             returncode = -latch.stopping
         else:
             latch.forward(proc.send_signal)
-            returncode = _wait(proc, latch, args.grace, tracker, keep=[p.pid for p in (proc, agent) if p])
+            returncode = _wait(proc, latch, args.grace, tracker,
+                               keep=[p for p in (proc.pid, agent and agent.pid, live and live.pid) if p])
     finally:
+        if live is not None:
+            live.stop()
         _end_leftovers(tracker, agent, args.grace)
         _stop(agent)
     status = exit_status(returncode)
@@ -247,10 +257,16 @@ def _finish_recording(recorded, status: int, report: bool) -> int:
     return status
 
 
+def _own_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a process of ours beside the command: the command's, without our sitecustomize."""
+    out = {k: v for k, v in env.items() if k != "PYTHONPATH"}
+    out["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+    return out
+
+
 def _start_agent(extra: list[str], env: Mapping[str, str], log: Path | None = None) -> subprocess.Popen | None:
     """The node agent beside the command; its messages go to `log` when given (a recorded run's agent.log)."""
-    agent_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
-    agent_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_ROOT), os.environ.get("PYTHONPATH", "")]))
+    agent_env = _own_env(env)
     cmd = [sys.executable, "-c", "import sys; from otel_gpu.cli import main; sys.exit(main())",
            "agent", "--no-live", *extra]
     cmd.append(f"--parent-pid={os.getpid()}")   # the agent also stops when it sees us gone

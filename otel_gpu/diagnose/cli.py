@@ -108,6 +108,16 @@ def register(sub) -> None:
     p.add_argument("--grafana-dashboard", metavar="UID", help="attach annotations to this dashboard only")
     p.add_argument("--timeout", type=positive_float(hi=3600), default=30.0,
                    help="seconds per server request (default 30)")
+    w = p.add_argument_group("watching a running job (--watch)")
+    w.add_argument("--watch", action="store_true",
+                   help="evaluate the rules every --every seconds over the --last window (default 2m) until "
+                        "interrupted; print a line when a finding appears, changes severity or clears")
+    w.add_argument("--every", metavar="DUR", default="10s", help="--watch: time between evaluations (default 10s)")
+    w.add_argument("--hold", metavar="DUR", default="60s",
+                   help="--watch: a finding clears (or lowers its severity) only after this long without it "
+                        "(default 60s)")
+    w.add_argument("--min-severity", choices=("info", "warning", "critical"), default="info",
+                   help="--watch: findings below this are not followed (default info)")
     p.set_defaults(func=run)
 
 
@@ -125,6 +135,9 @@ def run(args) -> int:
 
     if bool(args.dirs) == bool(args.prometheus):
         raise UsageError("give either RUN_DIR... (a recorded run) or --prometheus URL")
+    if args.watch:
+        from .watch_cli import watch_main
+        return watch_main(args)
     if args.dirs and (args.last or args.from_ or args.to or args.pyroscope or args.job):
         raise UsageError("with RUN_DIR the window is the whole recording: no --last/--from/--to/--pyroscope/--job")
     start, end = window_bounds(args, time.time()) if not args.dirs else (0.0, 0.0)

@@ -109,7 +109,7 @@ def only_job(client: PromClient, end: float, dur: float) -> str | None:
 
 def _parallel(client: PromClient, at: float, exprs: list[str]) -> list[list[Series]]:
     """Instant queries at `at`, concurrently, each on its own connection; counted in `client.stats`."""
-    clients = [PromClient(client.base_url, timeout=client.timeout, name=client.name) for _ in exprs]
+    clients = [PromClient(client.base_url, timeout=client.timeout, name=client.name, params=client.params) for _ in exprs]
     try:
         with ThreadPoolExecutor(len(exprs)) as pool:
             futures = [pool.submit(c.query, e, at) for c, e in zip(clients, exprs)]

@@ -207,14 +207,20 @@ class Recording:
                 out.append((by_id[sid], tuple(float(b) for b in bounds), [float(c) for c in counts]))
         return out
 
-    def summaries(self, metric: str, t0: float | None = None, t1: float | None = None) -> list[tuple[Series, Summary]]:
+    def summaries(self, metric: str, t0: float | None = None, t1: float | None = None, *,
+                  rebase: bool = False) -> list[tuple[Series, Summary]]:
         """Every series of `metric` with its statistics over [t0, t1], no points: from `series_stats`
-        when the window spans a cleanly closed recording, else computed by SQLite from the points."""
+        when the window spans a cleanly closed recording, else computed by SQLite from the points.
+        `rebase`: cumulative counters and histograms count from their last point before t0 (what
+        they counted inside the window, as a PromQL `x - x offset W`), not from the run's start."""
         out = []
         lo, hi = (t0 if t0 is not None else -1e18), (t1 if t1 is not None else 1e18)
         for db, meta in zip(self.dbs, self.metas):
             by_id = self._series_of(db, metric)
             if not by_id:
+                continue
+            if rebase and t0 is not None:
+                out += [(by_id[sid], st) for sid, st in self._rebased(db, metric, lo, hi)]
                 continue
             if self._whole_run(db, meta, lo, hi):
                 q = ("SELECT st.series, st.n, st.first_t, st.last_t, st.mean, st.max, st.first, st.last, st.last_count "
@@ -229,6 +235,27 @@ class Recording:
                  "JOIN points f ON f.series = sid AND f.t = ft JOIN points l ON l.series = sid AND l.t = lt")
             for sid, n, ft, lt, avg, mx, fv, lv, lc in db.execute(q, (metric, lo, hi)):
                 out.append((by_id[sid], Summary(n, ft, lt, fv, lv, avg, mx, lc)))
+        return out
+
+    @staticmethod
+    def _rebased(db: sqlite3.Connection, metric: str, lo: float, hi: float) -> list[tuple[int, Summary]]:
+        """(series id, Summary over [lo, hi]) with cumulative series less their last value before `lo`."""
+        q = ("SELECT p.series, COUNT(*), MIN(p.t), MAX(p.t), AVG(p.value), MAX(p.value), s.kind, s.temporality "
+             "FROM points p JOIN series s ON s.id = p.series WHERE s.metric = ? AND p.t BETWEEN ? AND ? GROUP BY p.series")
+        out = []
+        for sid, n, ft, lt, avg, mx, kind, temporality in db.execute(q, (metric, lo, hi)).fetchall():
+            (fv, _), (lv, lc) = (db.execute("SELECT value, count FROM points WHERE series = ? AND t = ?", (sid, x)).fetchone()
+                                 for x in (ft, lt))
+            base = None
+            if kind in ("counter", "histogram") and temporality != "delta":
+                base = db.execute("SELECT value, count FROM points WHERE series = ? AND t < ? ORDER BY t DESC LIMIT 1",
+                                  (sid, lo)).fetchone()
+            if base is not None and base[0] is not None and lv is not None and lv >= base[0]:   # no reset since
+                b, bc = base
+                fv, lv, avg, mx = (None if x is None else max(0.0, x - b) for x in (fv, lv, avg, mx))
+                if lc is not None and bc is not None:
+                    lc = max(0.0, lc - bc)
+            out.append((sid, Summary(n, ft, lt, fv, lv, avg, mx, lc)))
         return out
 
     @staticmethod
