@@ -14,6 +14,7 @@ import sys
 from . import __version__
 from .errors import EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, ConfigError, Failure, UsageError
 from .exiting import end_of_process
+from .safe_text import visible
 
 
 class Parser(argparse.ArgumentParser):
@@ -62,6 +63,7 @@ def console() -> None:
 
 def main(argv: list[str] | None = None, *, ending: bool = False) -> int:
     """Run one subcommand; its exit status. `ending`: the process ends right after (see exiting)."""
+    _tolerant_streams()
     args_given = sys.argv[1:] if argv is None else argv
     parser = build_parser(args_given[0] if args_given else None)
     try:
@@ -93,12 +95,22 @@ def main(argv: list[str] | None = None, *, ending: bool = False) -> int:
                      EXIT_FAILURE)
 
 
+def _tolerant_streams() -> None:
+    """stdout and stderr write what their encoding cannot (an ASCII-only terminal, PYTHONIOENCODING=ascii,
+    a lone surrogate) as backslash escapes rather than fail with UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass   # not a text stream we can set (closed, None, a stand-in): left as it is
+
+
 def _fail(name: str, exc, status: int) -> int:
     text = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError) and exc.strerror:
         text = f"{exc.strerror}" + (f": {exc.filename}" if exc.filename else "")
     try:
-        print(f"{name}: {text}", file=sys.stderr)
+        print(f"{name}: {visible(text)}", file=sys.stderr)   # an error can quote a name from data
     except OSError:
         pass   # stderr itself is gone: the status still says it
     return status

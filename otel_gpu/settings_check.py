@@ -19,6 +19,7 @@ from typing import Callable, Mapping
 
 from .export import otlp_settings
 from .profiling import PROFILE_VARIABLES
+from .safe_text import visible
 from .values import name_text, switch
 
 PREFIX = "OTELGPU_"
@@ -55,7 +56,7 @@ def unknown_settings(env: Mapping[str, str]) -> list[str]:
         if name.startswith(PREFIX) and name not in KNOWN:
             close = difflib.get_close_matches(name, sorted(KNOWN), n=1, cutoff=0.75)
             hint = f" (did you mean {close[0]}?)" if close else ""
-            out.append(f"{name} is not an otel-gpu setting and is ignored{hint}")
+            out.append(f"{visible(name)} is not an otel-gpu setting and is ignored{hint}")   # a name from the environment
     return out
 
 

@@ -4,6 +4,9 @@ The width is rich's own detection: the terminal's size, else the ``COLUMNS`` var
 columns (a pipe or a file). Tables keep their columns whole and readable: a name column folds
 (down to ``TEXT_MIN`` characters), a number never wraps, and when the columns still do not fit,
 those of least priority are left out, and a line under the table says which.
+
+Every text a table or a hanging paragraph shows passes `safe_text.visible` here: a name from data
+never moves the cursor, sets a title or colours the terminal.
 """
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from typing import Sequence
+
+from .safe_text import visible
 
 TEXT_MIN = 20          # a name column folds, but never narrower than this (characters)
 TEXT_COMFORT = 40      # names fold down to this width before headers wrap
@@ -124,10 +129,12 @@ def layout(width: int, cols: Sequence[Col], rows: Sequence[Sequence[str]]) -> tu
 class FitTable:
     """A rich renderable: the title on its own lines (`title_lines`), the table at the width it is rendered at,
     and a line naming the columns left out at that width (``note`` says where they are, e.g.
-    "all in --csv")."""
+    "all in --csv"). Title, headers and cells are plain text, shown `visible`."""
 
     def __init__(self, title: str, cols: Sequence[Col], rows: Sequence[Sequence[str]], note: str = ""):
-        self.title, self.cols, self.rows, self.note = title, list(cols), [list(r) for r in rows], note
+        self.title, self.note = visible(title), visible(note)
+        self.cols = [Col(visible(c.header), c.priority, c.text, c.left) for c in cols]
+        self.rows = [[visible(x) for x in r] for r in rows]
 
     def __rich_console__(self, con, options):
         from rich import box
@@ -211,11 +218,13 @@ def title_lines(title: str, width: int, indent: int = 2) -> list[str]:
 
 
 def hang(con, lead: str, text: str, markup: bool = False) -> None:
-    """``lead`` then ``text`` wrapped at the console's width, continuation lines under the text
-    (a hanging indent; a path is never cut: see `break_offsets`); ``markup``: ``lead`` and ``text``
-    hold rich markup."""
+    """``lead`` then ``text`` (one paragraph) wrapped at the console's width, continuation lines under
+    the text (a hanging indent; a path is never cut: see `break_offsets`); ``markup``: ``lead`` and
+    ``text`` hold rich markup (names in it escaped with `safe_text.markup`). Both are shown `visible`:
+    a newline or an escape sequence in a name is shown, not obeyed."""
     from rich.text import Text
 
+    lead, text = visible(lead), visible(text)
     head = Text.from_markup(lead) if markup else Text(lead)
     pad = head.cell_len
     body = Text.from_markup(text) if markup else Text(text)

@@ -19,6 +19,7 @@ from .. import names
 from ..errors import UsageError
 from ..errors import ConfigError
 from ..export import OtlpSettings, bounded_number, otlp_settings
+from ..safe_text import visible
 from ..values import bounded_int
 from .node import NodeConfig, build_node
 
@@ -127,7 +128,7 @@ def run_agent(args) -> int:
         raise UsageError("--json needs --once")
     node = build_node(replace(config.node, interval_s=0.25) if args.once else config.node)   # --once: reads 0.25 s apart
     for note in node.notes:
-        print(f"otel-gpu agent: {note}", file=sys.stderr)
+        print(f"otel-gpu agent: {visible(note)}", file=sys.stderr)   # notes can quote /sys and /proc names
     try:
         if args.once:
             return _once(node, as_json=args.json)
@@ -158,9 +159,9 @@ def _once(node, as_json: bool) -> int:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")
     else:
-        for row in rows:
+        for row in rows:   # names and attributes come from the system: shown, never obeyed
             attrs = ",".join(f"{k}={v}" for k, v in row["attributes"].items() if k != "host.name")
-            print(f"{row['name']}{{{attrs}}} {row['value']:g} {row['unit']}")
+            print(visible(f"{row['name']}{{{attrs}}} {row['value']:g} {row['unit']}"))
     return 0
 
 

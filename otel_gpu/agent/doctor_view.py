@@ -3,11 +3,14 @@
 Per source: one key/value table of its scalar facts, one table per list of records (GPUs,
 interfaces, disks, ports, NVML field costs) with a column per field, and its unreadable paths as
 plain lines. Titles are lines of their own (a table's title would wrap to the table's width);
-sizes and rates show in human units (`--json` keeps the exact numbers).
+sizes and rates show in human units (`--json` keeps the exact numbers). Every text is plain (never
+rich markup) and shown `safe_text.visible`: device, interface and path names come from the system.
 """
 from __future__ import annotations
 
 from typing import Any
+
+from ..safe_text import visible
 
 LONG_LIST = 4   # lists longer than this show as a count in a record table
 WIDE = 6        # records with more fields than this show one key/value table each
@@ -63,13 +66,19 @@ def _is_records(value: Any) -> bool:
 def _title(text: str):
     from rich.text import Text
 
-    return Text(text, style="bold", no_wrap=True, overflow="ellipsis")
+    return Text(visible(text), style="bold", no_wrap=True, overflow="ellipsis")
+
+
+def _plain(text: str, style: str = ""):
+    """A table cell or line: plain text, shown `visible`."""
+    from rich.text import Text
+
+    return Text(visible(text), style=style)
 
 
 def source_tables(name: str, info: dict) -> list:
     """The renderables of one source's `describe()`."""
     from rich.table import Table
-    from rich.text import Text
 
     out: list = []
     facts = Table(show_header=False, box=None, padding=(0, 2))
@@ -85,7 +94,7 @@ def source_tables(name: str, info: dict) -> list:
         elif key == "unreadable" and isinstance(value, list):
             lines += [str(v) for v in value]
         else:
-            facts.add_row(key, cell(value, key=key))
+            facts.add_row(_plain(key), _plain(cell(value, key=key)))
     if facts.row_count:
         out += [_title(name), facts]
     for key, rows in records:
@@ -97,18 +106,18 @@ def source_tables(name: str, info: dict) -> list:
                 t.add_column("field", style="dim", no_wrap=True)
                 t.add_column("value", overflow="fold")
                 for c in columns:
-                    t.add_row(c, cell(r.get(c), key=c))
+                    t.add_row(_plain(c), _plain(cell(r.get(c), key=c)))
                 out += [_title(f"{name}: {key} {r.get('index', i)}"), t]
             continue
         t = Table(padding=(0, 1))
         for c in columns:
-            t.add_column(c, overflow="fold")
+            t.add_column(_plain(c), overflow="fold")
         for r in rows:
-            t.add_row(*(cell(r.get(c), in_record=True, key=c) for c in columns))
+            t.add_row(*(_plain(cell(r.get(c), in_record=True, key=c)) for c in columns))
         out += [_title(f"{name}: {key}"), t]
     if lines:
-        out.append(Text(f"{name}: unreadable", style="yellow"))
-        out += [Text(f"  {line}", style="yellow") for line in lines]
+        out.append(_plain(f"{name}: unreadable", style="yellow"))
+        out += [_plain(f"  {line}", style="yellow") for line in lines]
     return out
 
 
@@ -116,7 +125,7 @@ def doctor_view(report: dict):
     from rich.console import Group
     from rich.text import Text
 
-    parts: list = [Text(n, style="yellow") for n in report.get("notes", [])]
+    parts: list = [_plain(n, style="yellow") for n in report.get("notes", [])]
     for name, info in report.get("sources", {}).items():
         parts += source_tables(name, info if isinstance(info, dict) else {"value": info})
         parts.append(Text(""))

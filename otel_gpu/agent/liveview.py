@@ -8,6 +8,7 @@ import threading
 import time
 
 from .. import names, words
+from ..safe_text import visible
 
 Snapshot = dict  # name -> {attrs_tuple: value}
 
@@ -76,16 +77,15 @@ GAP = 2   # columns between two table columns (padding 1 on each side, none at t
 
 
 def _cells(text) -> int:
-    """Terminal cells of a cell's text (a str is plain text, never markup: names come from the system)."""
-    from rich.text import Text
-
-    return (text if isinstance(text, Text) else Text(text)).cell_len
+    """Terminal cells of a cell's text as `_plain` shows it."""
+    return _plain(text).cell_len
 
 
 def _plain(cell):
+    """A cell: a str is plain text, never markup, shown `visible` (names come from the system)."""
     from rich.text import Text
 
-    return cell if isinstance(cell, Text) else Text(cell)
+    return cell if isinstance(cell, Text) else Text(visible(cell))
 
 
 def kept_columns(width: int, columns: list[str], priority: list[int], rows: list[list[str]]) -> list[int]:

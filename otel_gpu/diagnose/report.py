@@ -7,6 +7,7 @@ import textwrap
 
 from . import fmt
 from .. import words
+from ..safe_text import markdown as md, visible
 from .findings import Finding
 
 MARK = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -69,21 +70,21 @@ def text(d: dict, width: int | None = None) -> str:
     """The diagnosis for the terminal; ``width``: wrap every line at that many columns (None: one
     line per item, for files and pipes that keep long lines)."""
     unit = _unit(d)
-    lines = _wrap("otel-gpu diagnose: ", header(d), width)
+    lines = _wrap("otel-gpu diagnose: ", visible(header(d)), width)
     for n in d["notes"]:
-        lines += _wrap("  note: ", n, width)
+        lines += _wrap("  note: ", visible(n), width)
     if not any(not f["missing"] for f in d["findings"]):
         lines.append("no bottleneck found above the thresholds")
     for i, f in enumerate(d["findings"], 1):
         lines.append("")
         sure = "" if f["missing"] else f"; confidence {f['confidence']}"   # not checked: nothing to be sure of
-        lines += _wrap(f"{i}. ", f"[{MARK[f['severity']]}] {f['title']}  ({_stake(f, unit)}{sure})", width)
-        lines += _wrap("   seen:  ", f["seen"], width)
+        lines += _wrap(f"{i}. ", f"[{MARK[f['severity']]}] {visible(f['title'])}  ({_stake(f, unit)}{sure})", width)
+        lines += _wrap("   seen:  ", visible(f["seen"]), width)
         if not f["missing"]:
-            lines += _wrap("   why:   ", f["why"] + (f" [basis: {f['basis']}]" if f["basis"] else ""), width)
-        lines += _wrap("   do:    ", f["action"], width)
+            lines += _wrap("   why:   ", visible(f["why"] + (f" [basis: {f['basis']}]" if f["basis"] else "")), width)
+        lines += _wrap("   do:    ", visible(f["action"]), width)
         if f["where"]:
-            lines += _wrap("   where: ", _where(f), width)
+            lines += _wrap("   where: ", visible(_where(f)), width)
         if f["ranges"]:
             lines += _wrap("   when:  ", _ranges(f), width)
         if f["tune_space"]:
@@ -92,28 +93,31 @@ def text(d: dict, width: int | None = None) -> str:
 
 
 def markdown(d: dict) -> str:
-    out = [f"# otel-gpu diagnosis: {d['job'] or 'all jobs'}", "", header(d), ""]
-    out += [f"> {n}" for n in d["notes"]]
+    """The diagnosis as Markdown; every text from the data escaped (safe_text.markdown): no raw HTML,
+    no cell broken by a "|"."""
+    out = [f"# otel-gpu diagnosis: {md(d['job'] or 'all jobs')}", "", md(header(d)), ""]
+    out += [f"> {md(n)}" for n in d["notes"]]
     real = [f for f in d["findings"] if not f["missing"]]
     out += ["| # | severity | finding | at stake | confidence |", "|---|---|---|---|---|"]
     for i, f in enumerate(real, 1):
-        out.append(f"| {i} | {f['severity']} | {f['title']} | {_stake(f, _unit(d))} | {f['confidence']} |")
+        out.append(f"| {i} | {f['severity']} | {md(f['title'])} | {md(_stake(f, _unit(d)))} | {f['confidence']} |")
     if not real:
         out.append("| - | - | no bottleneck found above the thresholds | - | - |")
     for i, f in enumerate(real, 1):
-        out += ["", f"## {i}. {f['title']}", "", f"- **seen:** {f['seen']}", f"- **why it matters:** {f['why']}"]
+        out += ["", f"## {i}. {md(f['title'])}", "", f"- **seen:** {md(f['seen'])}", f"- **why it matters:** {md(f['why'])}"]
         if f["basis"]:
-            out.append(f"- **estimate basis:** {f['basis']}")
-        out.append(f"- **next:** {f['action']}")
+            out.append(f"- **estimate basis:** {md(f['basis'])}")
+        out.append(f"- **next:** {md(f['action'])}")
         if f["where"]:
-            out.append(f"- **where:** {_where(f)}")
+            out.append(f"- **where:** {md(_where(f))}")
         if f["ranges"]:
-            out.append(f"- **when:** {_ranges(f, 10)}")
-        if f["tune_space"]:
-            out += ["", "Suggested `otel-gpu tune` space:", "", "```json", json.dumps(f["tune_space"], indent=1), "```"]
+            out.append(f"- **when:** {md(_ranges(f, 10))}")
+        if f["tune_space"]:   # a "`" in a value could end the fence: JSON's own escape instead
+            out += ["", "Suggested `otel-gpu tune` space:", "", "```json",
+                    json.dumps(f["tune_space"], indent=1).replace("`", "\\u0060"), "```"]
     missing = [f for f in d["findings"] if f["missing"]]
     if missing:
-        out += ["", "## Not checked", ""] + [f"- {f['title']}" for f in missing]
+        out += ["", "## Not checked", ""] + [f"- {md(f['title'])}" for f in missing]
     return "\n".join(out) + "\n"
 
 

@@ -17,6 +17,7 @@ from ..diagnose.model import DiagnoseError
 from ..record.reader import Recording, RecordingError
 from ..record.session import relative
 from ..record.store import DB_NAME
+from ..safe_text import visible
 from ..words import count
 from ..record.window import recorded_window
 from . import data as rd
@@ -86,20 +87,21 @@ def write_report(dirs: Sequence[Path], out: Path, thresholds: Thresholds | None 
 
 
 def summary_text(built: Built, out: Path) -> str:
-    """The lines printed at the end of a recorded run: steps, median step time per rank, top findings."""
+    """The lines printed at the end of a recorded run: steps, median step time per rank, top findings
+    (names from the recording shown `visible`)."""
     hosts = len({s["host"] for s in built.summary})
-    lines = [f"otel-gpu: job {built.job or '-'}"]
+    lines = [f"otel-gpu: job {visible(built.job or '-')}"]
     for s in built.summary:
-        lines.append(f"  {rd.rank_label(s['host'], s['rank'], hosts)}: {count(round(s['steps']), 'step')}, "
+        lines.append(f"  {visible(rd.rank_label(s['host'], s['rank'], hosts))}: {count(round(s['steps']), 'step')}, "
                      f"median step {fmt_median(s)}")
     if not built.summary:
         lines.append("  no training steps recorded")
     top = [f for f in built.findings if not f.missing][:3]
     for i, f in enumerate(top, 1):
-        lines.append(f"  {i}. [{f.severity}] {f.title}")
+        lines.append(f"  {i}. [{f.severity}] {visible(f.title)}")
     if built.summary and not top:
         lines.append("  no bottleneck found")
-    lines.append(f"otel-gpu: report {relative(out)}")
+    lines.append(f"otel-gpu: report {visible(str(relative(out)))}")
     return "\n".join(lines)
 
 

@@ -2,9 +2,9 @@
 and the report data inlined (opens offline, no server, no CDN)."""
 from __future__ import annotations
 
-import html
-import json
 from pathlib import Path
+
+from ..safe_text import html_text, script_json
 
 HERE = Path(__file__).resolve().parent
 VENDOR = HERE / "vendor"
@@ -12,24 +12,18 @@ SCRIPTS = ("uPlot.iife.min.js", "d3-selection.min.js", "d3-flamegraph.min.js")
 STYLES = ("uPlot.min.css", "d3-flamegraph.css")
 
 
-def _inline_json(data) -> str:
-    """JSON safe inside a <script> element (no `</` sequence, no HTML comment openers)."""
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False)
-    return text.replace("</", "<\\/").replace("<!--", "<\\!--")
-
-
 def render(data: dict) -> str:
     title = f"otel-gpu report: {data.get('job') or 'run'}"
     css = "\n".join((VENDOR / s).read_text() for s in STYLES) + "\n" + (HERE / "page.css").read_text()
     libs = "\n".join(f"<script>{(VENDOR / s).read_text()}</script>" for s in SCRIPTS)
-    ranks = "".join(f"<tr><td>{html.escape(r['label'])}</td><td>{r['steps']:.0f}</td><td>{html.escape(r['median'])}</td></tr>"
+    ranks = "".join(f"<tr><td>{html_text(r['label'])}</td><td>{r['steps']:.0f}</td><td>{html_text(r['median'])}</td></tr>"
                     for r in data["summary"])
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{html_text(title)}</title>
 <style>{css}</style></head>
 <body>
-<h1>{html.escape(title)}</h1>
-<div class="meta">{html.escape(data['subtitle'])}</div>
+<h1>{html_text(title)}</h1>
+<div class="meta">{html_text(data['subtitle'])}</div>
 <div id="errors"></div>
 <section id="sec-summary"><h2>Steps</h2>
 <table id="summary"><tr><th>rank</th><th>steps</th><th>median step time</th></tr>{ranks}</table></section>
@@ -50,7 +44,7 @@ def render(data: dict) -> str:
 time in a thread that runs no Python code shows as one block named after the thread, e.g.
 "pt_autograd_0 (native: backward kernels)", or "(native code, thread unnamed)" when its name is not known.</p>
 <div id="flame"></div>
-<script type="application/json" id="report-data">{_inline_json(data)}</script>
+<script type="application/json" id="report-data">{script_json(data)}</script>
 {libs}
 <script>{(HERE / 'page.js').read_text()}</script>
 </body></html>

@@ -5,9 +5,8 @@ import re
 
 import numpy as np
 
-from rich.markup import escape
-
 from .. import words
+from ..safe_text import markup as escape
 from .grouping import rank_ranges
 from .report_files import CSV_TABLES, csv_files, diff_csv, write_outputs  # noqa: F401 (imported from here)
 

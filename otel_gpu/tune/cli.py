@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from ..safe_text import markup
 from ..values import bounded_int, flag_type, number, positive_float, url_type
 
 RUNNING_HELP = "time each trial may run before its whole process group is killed (seconds)"
@@ -183,13 +184,13 @@ class Progress:
         from .report import changed_params, fmt_change, fmt_seconds
 
         total = self.tuner.s.trials
-        if kind == "note":
-            self.console.print(f"[yellow]{payload}[/]", highlight=False)
+        if kind == "note":   # notes and reasons hold a trial's own output: shown, never obeyed as markup
+            self.console.print(f"[yellow]{markup(payload)}[/]", highlight=False)
             return
         if kind == "start":
             self.started = time.monotonic()
             changed = changed_params(_P(payload["params"]), self.tuner.baseline)
-            self.console.print(f"[bold]trial {payload['number']}[/] ({payload['role']}) started: {changed}",
+            self.console.print(f"[bold]trial {payload['number']}[/] ({payload['role']}) started: {markup(changed)}",
                                highlight=False)
             return
         r = payload
@@ -206,7 +207,7 @@ class Progress:
             f"step {fmt_seconds(r.step_time_s)} {change} | "
             f"best {fmt_seconds(best[0]) + f' (trial {best[1]})' if best else '-'} | "
             f"wall {r.seconds:.1f} s | left ~{_duration(left)}"
-            + (f"\n    {r.reason}" if r.status not in ("ok",) else ""), highlight=False)
+            + (f"\n    {markup(r.reason)}" if r.status not in ("ok",) else ""), highlight=False)
 
 
 class _P:
@@ -249,7 +250,7 @@ def run(args) -> int:
             raise UsageError(f"no study {settings.study_name!r} in {settings.storage}: {exc}") from None
         written = report.write_outputs(study, settings.out)
         console.print(report.terminal_table(study))
-        console.print(f"report: {written['report']}")
+        console.print(f"report: {markup(str(written['report']))}")
         return 0
     tuner = Tuner(settings, _objective(args))
     tuner.events = Progress(tuner, console)
@@ -260,8 +261,8 @@ def run(args) -> int:
     except (TuneError, OSError, C.ConfigError) as exc:   # the base config, the study, the --out folder
         raise UsageError(getattr(exc, "strerror", None) and f"{exc.strerror}: {exc.filename}" or str(exc)) from None
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}   # as Ctrl-C
-    console.print(f"study {settings.study_name!r} in {settings.storage}: {tuner.counted()} of "
-                  f"{count(settings.trials, 'trial')} done; results in {settings.out}", highlight=False)
+    console.print(f"study {markup(repr(settings.study_name))} in {markup(settings.storage)}: {tuner.counted()} of "
+                  f"{count(settings.trials, 'trial')} done; results in {markup(str(settings.out))}", highlight=False)
     try:
         tuner.run()
     except TuneError as exc:
@@ -274,7 +275,7 @@ def run(args) -> int:
     lines = [f"report: {written['report']}"]
     if "best_config" in written:
         lines.append(f"best config: {written['best_config']}")
-    console.print("\n".join(lines), highlight=False)
+    console.print("\n".join(map(markup, lines)), highlight=False)
     return 0
 
 

@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from .. import output
+from ..safe_text import markdown as md, visible
 from ..words import count, noun
 from . import config as C
 from . import evidence as E
@@ -196,9 +197,10 @@ def markdown(study: optuna.Study, title: str = "otel-gpu tune report", out: Path
     base_params = base_row.params if base_row else {}
     top = best(all_rows)
     attrs = study.user_attrs
-    lines = [f"# {title}", "", f"- study: `{study.study_name}`",
-             f"- base config: `{attrs.get('base_config', '?')}` (sha256 `{str(attrs.get('base_config_sha256', ''))[:12]}`)",
-             f"- command: `{attrs.get('command', '?')}`"]
+    lines = [f"# {title}", "", f"- study: {md(study.study_name)}",
+             f"- base config: {md(str(attrs.get('base_config', '?')))} "
+             f"(sha256 {md(str(attrs.get('base_config_sha256', ''))[:12])})",
+             f"- command: {md(str(attrs.get('command', '?')))}"]
     base_t = baseline_time(all_rows)
     runs = baseline_runs(all_rows)
     spread, said = noise(all_rows)
@@ -224,7 +226,7 @@ def markdown(study: optuna.Study, title: str = "otel-gpu tune report", out: Path
         cells = [f"[{r.number}]({link})" if link else str(r.number), role, f"**{r.status}**" if r is top else r.status, fmt_seconds(r.step_time_s),
                  fmt_change(r.vs_baseline), f"{r.seconds:.1f}" if r.seconds else "-"]
         cells += [fmt_value(r.params[n]) if n in r.params else "-" for n in names]
-        cells += _evidence_cells(r) + [r.reason.replace("|", "\\|") if r.status != "ok" else ""]
+        cells += _evidence_cells(r) + [md(r.reason) if r.status != "ok" else ""]   # a trial's own output
         lines.append("| " + " | ".join(cells) + " |")
     missing = not_checked_lines(all_rows)
     if missing:
@@ -244,20 +246,23 @@ def markdown(study: optuna.Study, title: str = "otel-gpu tune report", out: Path
 
 
 def terminal_table(study: optuna.Study):
+    """The trials as a rich table; every cell plain text shown `visible` (a reason is a trial's own output)."""
     from rich.table import Table
+    from rich.text import Text
 
     all_rows = rows(study)
     base_row = next((r for r in all_rows if r.role == BASELINE), None)
     base_params = base_row.params if base_row else {}
     top = best(all_rows)
-    table = Table(title=f"otel-gpu tune: {study.study_name}")
+    table = Table(title=Text(visible(f"otel-gpu tune: {study.study_name}")))
     for col in ("trial", "role", "status", "step time", "step time vs baseline", "wall s", "changed vs baseline / reason"):
         table.add_column(col, overflow="fold")
     for r in all_rows:
         detail = changed_params(r, base_params) if r.status == "ok" else r.reason
         style = "bold green" if r is top else ("dim" if r.status not in ("ok", "pruned") else None)
-        table.add_row(str(r.number), r.role, r.status, fmt_seconds(r.step_time_s), fmt_change(r.vs_baseline),
-                      f"{r.seconds:.1f}" if r.seconds else "-", detail, style=style)
+        table.add_row(*(Text(visible(x)) for x in (str(r.number), r.role, r.status, fmt_seconds(r.step_time_s),
+                                                    fmt_change(r.vs_baseline), f"{r.seconds:.1f}" if r.seconds else "-",
+                                                    detail)), style=style)
     return table
 
 
