@@ -19,7 +19,6 @@ any of them can hold terminal control sequences, markup or HTML. One rule per pl
 """
 from __future__ import annotations
 
-import html
 import json
 import re
 
@@ -54,6 +53,8 @@ def markup(s: str) -> str:
 
 def html_text(s: str) -> str:
     """A name for HTML element text or a quoted attribute value: `visible`, then ``& < > " '`` escaped."""
+    import html   # (not at import: the node agent imports this module and keeps its memory small)
+
     return html.escape(visible(s), quote=True)
 
 
