@@ -76,6 +76,9 @@ def register(sub) -> None:
     p.add_argument("--baseline-runs", type=bounded_int(1, 10), default=2, metavar="N",
                    help="run the baseline N times (the second after the known-good settings) to measure noise, "
                         "when --trials leaves at least two sampled trials besides (default 2)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="run the other trials even when the baseline (your config unchanged) fails "
+                        "(default: stop with its reason, exit 1)")
     p.add_argument("--seed", type=bounded_int(0, 2**32 - 1), help="sampler seed")
     p.add_argument("--report-only", action="store_true", help="write the report and best config of an existing study")
     p.set_defaults(func=run)
@@ -114,7 +117,8 @@ def _settings(args):
         instrument=not args.no_instrument and (not args.prometheus or bool(args.otlp or _otlp_set(os.environ))),
         export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,
         seed=args.seed, deepspeed_check=not args.no_deepspeed_check, prebuild_ops=args.prebuild_ops,
-        node_agent=node_agent, node_agent_args=tuple(args.node_agent_arg), baseline_runs=args.baseline_runs)
+        node_agent=node_agent, node_agent_args=tuple(args.node_agent_arg), baseline_runs=args.baseline_runs,
+        keep_going=args.keep_going)
 
 
 def _node_agent(args) -> bool:
@@ -235,7 +239,7 @@ def run(args) -> int:
     from ..words import count
     from . import config as C, report
     from .extensions import PrebuildError
-    from .study import TuneError, Tuner, open_storage
+    from .study import BaselineFailed, TuneError, Tuner, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     settings = _settings(args)
@@ -261,10 +265,13 @@ def run(args) -> int:
     except (TuneError, OSError, C.ConfigError) as exc:   # the base config, the study, the --out folder
         raise UsageError(getattr(exc, "strerror", None) and f"{exc.strerror}: {exc.filename}" or str(exc)) from None
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}   # as Ctrl-C
+    failed = None
     console.print(f"study {markup(repr(settings.study_name))} in {markup(settings.storage)}: {tuner.counted()} of "
                   f"{count(settings.trials, 'trial')} done; results in {markup(str(settings.out))}", highlight=False)
     try:
         tuner.run()
+    except BaselineFailed as exc:   # a runtime failure: the report of what ran is still written below
+        failed = Failure(str(exc))
     except TuneError as exc:
         raise UsageError(str(exc)) from None
     finally:
@@ -276,6 +283,8 @@ def run(args) -> int:
     if "best_config" in written:
         lines.append(f"best config: {written['best_config']}")
     console.print("\n".join(map(markup, lines)), highlight=False)
+    if failed is not None:
+        raise failed
     return 0
 
 

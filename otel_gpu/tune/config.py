@@ -6,6 +6,7 @@ only ever read; every generated config is a new file, written whole (temp file, 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -126,6 +127,40 @@ def resolve_auto(config: Mapping, facts: Facts) -> dict:
         fill(("fp16", "enabled"), facts.precision == "fp16")
         fill(("bf16", "enabled"), facts.precision == "bf16")
     return out
+
+
+# The Hugging Face Trainer's default max_grad_norm (TrainingArguments), which it writes into a
+# "gradient_clipping": "auto"; DeepSpeed's own default (GRADIENT_CLIPPING_DEFAULT) is the same.
+HF_MAX_GRAD_NORM = 1.0
+# top-level values DeepSpeed reads as given: an "auto" left there fails in deepspeed.initialize
+# (a str compared with a number) unless the Hugging Face Trainer fills it in first. DeepSpeed's own
+# config models (zero_optimization, fp16, bf16) drop "auto" and take their defaults.
+RAW_VALUES = (TRAIN_BATCH, MICRO_BATCH, GRAD_ACCUM, "gradient_clipping")
+
+
+def with_defaults(config: Mapping, facts: Facts) -> tuple[Facts, list[str]]:
+    """`facts` with the Hugging Face Trainer's default filled in where `config` has an "auto" that
+    DeepSpeed cannot resolve by itself and no flag gave a value, and one line per assumption.
+
+    Only gradient_clipping has a default that does not depend on the job (max_grad_norm 1.0); the
+    batch values depend on the script and the world size and are never guessed (see `left_auto`)."""
+    notes = []
+    if facts.max_grad_norm is None and get_path(config, ("gradient_clipping",)) == AUTO:
+        facts = dataclasses.replace(facts, max_grad_norm=HF_MAX_GRAD_NORM)
+        notes.append(f'gradient_clipping "auto": assumed {HF_MAX_GRAD_NORM}, the Hugging Face Trainer\'s default '
+                     "max_grad_norm (and DeepSpeed's own default); pass --max-grad-norm to use another value")
+    return facts, notes
+
+
+def left_auto(config: Mapping) -> list[str]:
+    """One line naming the "auto" values left in a resolved config that only the Hugging Face Trainer
+    fills in (a script calling deepspeed.initialize itself fails on them); empty when there are none."""
+    left = [k for k in RAW_VALUES if config.get(k) == AUTO]
+    if not left:
+        return []
+    return [f'{", ".join(left)} left "auto" for the Hugging Face Trainer to fill in at run time; a script that '
+            "calls deepspeed.initialize itself fails on them (pass --micro-batch, --grad-accum and --world-size"
+            + (", --max-grad-norm" if "gradient_clipping" in left else "") + ")"]
 
 
 def trial_config(base: Mapping, space: Space, params: Mapping[str, Any], *, baseline: bool = False,

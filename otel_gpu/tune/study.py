@@ -61,6 +61,7 @@ class Settings:
     node_agent: bool = False                # run `otel-gpu agent` beside each trial, exporting where it does
     node_agent_args: tuple[str, ...] = ()   # extra flags for that agent
     baseline_runs: int = 2                  # times the baseline runs (noise), when the budget allows
+    keep_going: bool = False                # run the other trials even when every baseline run failed
 
 
 @dataclass
@@ -103,7 +104,10 @@ class Tuner:
         base = C.read_config(s.base_config)
         if (base.get("zero_optimization") or {}).get("stage") != 3:
             raise TuneError(f"{s.base_config}: zero_optimization.stage is not 3; this tuner tunes ZeRO stage 3")
-        self.base = C.resolve_auto(base, s.facts)
+        facts, notes = C.with_defaults(base, s.facts)
+        self.base = C.resolve_auto(base, facts)
+        for note in notes + C.left_auto(self.base):
+            self.events("note", note)
         values = baseline_values(s.space, self.base)
         unresolved = [p.name for p in s.space.params if values.get(p.name) in (None, C.AUTO)]
         if unresolved:
@@ -203,9 +207,26 @@ class Tuner:
     def run(self) -> list[Record]:
         while True:
             self.retire_stale()
+            failed = None if self.s.keep_going else self.baseline_failure()
+            if failed:
+                raise BaselineFailed(failed)
             if self.counted() >= self.s.trials:
                 return self.records
             self.records.append(self.run_one())
+
+    def baseline_failure(self) -> str | None:
+        """Why the study cannot go on: every finished baseline run failed to be measured (crash, oom,
+        hang, timeout, rejected, incomplete), in one line with the first one's reason; else None. Every
+        other trial would be measured against the baseline, and most fail the same way."""
+        runs = [t for t in self.study.get_trials(deepcopy=False)
+                if t.user_attrs.get("role") == BASELINE and t.user_attrs.get("status") not in (None, T.INTERRUPTED)]
+        # over the memory limit: it ran and was measured (the limit is what the other trials may meet)
+        if not runs or any(t.user_attrs.get("status") in (T.OK, T.OVER_MEMORY) for t in runs):
+            return None
+        first = min(runs, key=lambda t: t.number)
+        reason = " ".join(str(first.user_attrs.get("reason") or "no reason recorded").split())
+        return (f"the baseline (trial {first.number}, your config unchanged) failed: {first.user_attrs['status']}: "
+                f"{reason}; no further trial is started (fix the command or config, or pass --keep-going)")
 
     def run_one(self) -> Record:
         t0 = time.monotonic()
@@ -367,6 +388,10 @@ class Tuner:
                 C.write_json(self.s.out / "best_config.json", cfg)
         self.events("end", record)
         return record
+
+
+class BaselineFailed(TuneError):
+    """The baseline failed: the study stops before any other trial (one line, exit 1)."""
 
 
 def _why_missing(name: str) -> str:

@@ -9,6 +9,8 @@ carry numbers.
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
 import subprocess
 
@@ -41,13 +43,41 @@ def _tune(tmp_path, device: str, ranks: int, trials: int, steps: int, hidden: in
     return json.loads((out / "trials.json").read_text()), (out / "report.md").read_text()
 
 
+def doc_example(steps: int, trials: int) -> tuple[dict[str, str], list[str]]:
+    """docs/tune.md's "Example on one machine, no GPU", as written there (variables, then the arguments after
+    `otel-gpu`), shortened to `steps` steps a trial and `trials` trials."""
+    text = (REPO / "docs" / "tune.md").read_text()
+    section = text[text.index("## Example on one machine, no GPU"):]
+    block = re.search(r"```\n(.*?)```", section, re.S).group(1).replace("\\\n", " ")
+    words = shlex.split(next(line for line in block.splitlines() if "otel-gpu tune" in line))
+    at = words.index("otel-gpu")
+    env = dict(w.split("=", 1) for w in words[:at])
+    args = words[at + 1:]
+    i = args.index("--command")
+    assert " --steps 40" in args[i + 1] and args[args.index("--trials") + 1] == "20", args
+    args[i + 1] = args[i + 1].replace(" --steps 40", f" --steps {steps}")
+    args[args.index("--trials") + 1] = str(trials)
+    return env, args
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_cpu_trials_carry_host_evidence_and_collective_time(tmp_path):
+    """The docs' one-machine example as written (its base config's gradient_clipping "auto" included),
+    shortened to 2 trials of 25 steps."""
     pytest.importorskip("deepspeed", reason="deepspeed not installed (pip install deepspeed after torch==2.13.0)")
+    if shutil.which("torchrun") is None:
+        pytest.skip("torchrun not on PATH (comes with torch)")
     _warm_deepspeed_ops()
-    rows, text = _tune(tmp_path, "cpu", ranks=2, trials=2, steps=25, hidden=64, precision="fp32", micro=4,
-                       DS_ACCELERATOR="cpu")
+    env, args = doc_example(steps=25, trials=2)
+    out = tmp_path / "out"
+    argv = CLI + args + ["--out", str(out), "--study-name", "z3", "--warmup-steps", "3", "--min-steps", "5",
+                         "--export-interval", "250", "--no-prune", "--seed", "0"]
+    done = subprocess.run(argv, cwd=REPO, env=clean_env(OMP_NUM_THREADS="1", OTELGPU_INTERVAL="0.25", **env),
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert 'gradient_clipping "auto": assumed 1.0' in done.stdout, done.stdout[-3000:]
+    rows, text = json.loads((out / "trials.json").read_text()), (out / "report.md").read_text()
     ok = [r for r in rows if r["status"] == "ok"]
     assert len(ok) == 2, rows
     for r in ok:
