@@ -6,7 +6,8 @@ Every plot is `{"id", "title", "unit", "stacked", "x": [cell edges, unix s], "se
 repeats the one before, so a step drawing reaches the axis' end), None where nothing was recorded;
 counters become rates. `axis` says where time 0 is (the first training step) and how much start-up
 before it is left out; `bands` are the checkpoint saves, shaded on every plot. A plot with no data
-carries `empty`: why.
+carries `empty`: why. A stacked plot's values are each series' own (a phase's share, not the sum
+below it): the page stacks them to draw them and shows each one's own value on hover.
 """
 from __future__ import annotations
 
@@ -190,12 +191,8 @@ def training_plots(cells: Cells, hosts: int, step_series: list[Series]) -> list[
                           / nranks, 0, 1)) for p in names]
     if shares:
         shares.append((UNPHASED, np.clip(1 - _sum([v for _, v in shares], n), 0, 1)))
-    stack, acc = [], np.zeros(n)
-    for p, v in shares:
-        acc = acc + np.nan_to_num(v)
-        stack.append((p, np.where(np.isnan(v), np.nan, acc), False))
-    out.append(plot("phases", "Phase shares of wall time, all ranks (stacked)", "share", cells, stack, stacked=True,
-                    empty="no phase recorded"))
+    out.append(plot("phases", "Phase shares of wall time, all ranks (stacked)", "share", cells,
+                    [(p, v, False) for p, v in shares], stacked=True, empty="no phase recorded"))
 
     coll = []
     by_basis = _by(coll_series, N.HOST, N.RANK, N.COLLECTIVE_BASIS)

@@ -111,6 +111,12 @@ function plotsNote(box) {
     " its export time). Shaded: " + (saves ? `checkpoint saves (brown, ${saves}), ` : "") + "findings' time ranges (red)."));
 }
 
+// the running sum of stacked series at each point (null where the series itself has no value)
+function runningSums(series) {
+  const acc = series.length ? series[0].values.map(() => 0) : [];
+  return series.map((s) => s.values.map((v, i) => (v == null ? null : (acc[i] += v))));
+}
+
 function plots() {
   const box = document.getElementById("plots");
   const width = Math.min(1160, document.body.clientWidth - 40 || 1100);
@@ -122,14 +128,19 @@ function plots() {
     box.append(div);
     if (!points) { div.append(el("div", { class: "empty" }, p.empty || "no data recorded for this plot")); continue; }
     const t0 = p.axis ? p.axis.t0 : p.x[0];
+    // a stacked plot draws running sums, the top one first so each fill shows as its own band; its
+    // legend and hover show each series' own value (the data's), not the sum drawn
+    const drawn = p.stacked ? runningSums(p.series) : p.series.map((s) => s.values);
     const series = p.stacked ? [...p.series].reverse() : p.series;
+    if (p.stacked) drawn.reverse();
     const groups = [...new Set(p.series.map((s) => s.group))];
     const opts = {
       width, height: 230,
       series: [{ label: "time", value: (u, v) => (v == null ? "" : when(v) + " (" + since(v, t0) + ")") }, ...series.map((s) => {
         const color = seriesColor(p, s, groups);
         return { label: s.label, stroke: color, width: 1.5, dash: s.dash ? [6, 4] : undefined,
-                 fill: p.stacked ? color : undefined, value: (u, v) => human(v, p.unit), spanGaps: false,
+                 fill: p.stacked ? color : undefined, spanGaps: false,
+                 value: (u, v, si, i) => (p.stacked ? (i == null ? "" : human(s.values[i], p.unit)) : human(v, p.unit)),
                  paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } };
       })],
       scales: { x: { time: false, range: [p.x[0], p.x[p.x.length - 1]] },
@@ -138,7 +149,7 @@ function plots() {
              { size: 80, values: (u, vals) => vals.map((v) => human(v, p.unit)) }],
       hooks: { drawClear: [(u) => shadeRanges(u, p.bands)] },
     };
-    new uPlot(opts, [p.x, ...series.map((s) => s.values)], div);
+    new uPlot(opts, [p.x, ...drawn], div);
   }
 }
 

@@ -83,9 +83,7 @@ def test_the_checkpoint_phase_is_drawn_inside_the_saves(ckpt_run):
     p = plot_of(data, "phases")
     labels = [s["label"] for s in p["series"]]
     assert "checkpoint" in labels
-    lo, hi, top = cells(p, "checkpoint")
-    below = labels[labels.index("checkpoint") - 1] if labels.index("checkpoint") else None
-    share = top - (cells(p, below)[2] if below else 0.0)     # the stack's checkpoint layer alone
+    lo, hi, share = cells(p, "checkpoint")                   # the checkpoint band's own share (drawn stacked)
     share = np.nan_to_num(share)
     drawn = share * (hi - lo)                                # share-seconds per cell
     saves = [s for t in truth.values() for s in t["saves"]]
