@@ -25,6 +25,7 @@ from . import align as A
 
 PHASE_ORDER = ("data_wait", "forward", "backward", "optimizer", "checkpoint", "eval")
 UNPHASED = "unphased"
+COLLECTIVE_WAIT = "collective wait"   # the phases plot's band of seconds blocked in collectives (host clock)
 COLLECTIVE_TITLES = {   # by the bases present: host-blocked (gloo) and GPU-timed (NCCL) seconds are never added
     frozenset({"host"}): "Time blocked in collectives per rank (share of wall time; host clock)",
     frozenset({"gpu"}): "Time in NCCL collectives per rank (share of wall time; GPU-timed, waiting for the last rank "
@@ -190,6 +191,12 @@ def training_plots(cells: Cells, hosts: int, step_series: list[Series]) -> list[
     shares = [(p, np.clip(_sum([cells.rate(s, _zero_at(s, times), max_rate=1.0) for s in by_phase[(p,)]], n)
                           / nranks, 0, 1)) for p in names]
     if shares:
+        # a phase's seconds are its own time: the seconds a rank blocks in a collective inside it are
+        # counted apart (host basis); GPU-timed NCCL time overlaps compute and is no band of its own
+        waits = [s for s in coll_series if (s.get(N.COLLECTIVE_BASIS) or "host") == "host"]
+        if waits:
+            shares.append((COLLECTIVE_WAIT, np.clip(_sum([cells.rate(s, _zero_at(s, times), max_rate=1.0)
+                                                          for s in waits], n) / nranks, 0, 1)))
         shares.append((UNPHASED, np.clip(1 - _sum([v for _, v in shares], n), 0, 1)))
     out.append(plot("phases", "Phase shares of wall time, all ranks (stacked)", "share", cells,
                     [(p, v, False) for p, v in shares], stacked=True, empty="no phase recorded"))

@@ -12,7 +12,7 @@ const D = JSON.parse(document.getElementById("report-data").textContent);
 const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 // a phase has one colour in every report ("unphased" a neutral grey); other series are coloured by group (GPU, rank)
 const PHASE_COLORS = { data_wait: "#ff7f0e", forward: "#1f77b4", backward: "#2ca02c", optimizer: "#9467bd",
-                       checkpoint: "#8c564b", eval: "#17becf", unphased: "#c7c7c7" };
+                       checkpoint: "#8c564b", eval: "#17becf", "collective wait": "#bcbd22", unphased: "#c7c7c7" };
 const SAVE_SHADE = "rgba(140, 86, 75, 0.16)", FINDING_SHADE = "rgba(198, 40, 40, 0.10)";
 
 function el(tag, attrs, ...kids) {
