@@ -47,9 +47,12 @@ class ProfileSettings:
     wall: bool = True           # True: wall clock (waits show); False: on-CPU only
     all_threads: bool = True    # True: every thread; False: only the GIL holder
     upload_interval_s: int = 10
+    key: str = field(default="", repr=False)   # the recording's per-run secret (sent as RECORD_KEY_HEADER), if any
 
 
 PROFILE_URL = "OTELGPU_PYROSCOPE_URL"
+RECORD_KEY_VAR = "OTELGPU_RECORD_KEY"     # set by `otel-gpu run` for its ranks: the recording's per-run secret
+RECORD_KEY_HEADER = "x-otelgpu-key"       # the header that carries it (OTLP and Pyroscope pushes alike)
 
 # every variable the profiler reads: name -> parser(raw, name), each raising ConfigError naming the
 # variable and what it expects; an unset or empty variable means the default
@@ -77,7 +80,8 @@ def profile_settings(env: Mapping[str, str], app_name: str, tags: Mapping[str, s
     v = profile_values(env)
     return ProfileSettings(str(v[PROFILE_URL]).rstrip("/"), app_name, dict(tags),
                            int(v.get("OTELGPU_PROFILE_RATE", 50)), v.get("OTELGPU_PROFILE_MODE", "wall") == "wall",
-                           v.get("OTELGPU_PROFILE_THREADS", "all") == "all", int(v.get("OTELGPU_PROFILE_UPLOAD_S", 10)))
+                           v.get("OTELGPU_PROFILE_THREADS", "all") == "all", int(v.get("OTELGPU_PROFILE_UPLOAD_S", 10)),
+                           env.get(RECORD_KEY_VAR, "").strip())
 
 
 def pyroscope_tags(attrs: Mapping[str, str]) -> dict[str, str]:
@@ -105,6 +109,7 @@ class Profiler:
             report_thread_id=True,      # sample label thread_id: the thread's pthread id
             report_thread_name=True,    # sample label thread_name: its name in `threading`, when it has one
             upload_interval=settings.upload_interval_s,
+            http_headers={RECORD_KEY_HEADER: settings.key} if settings.key else None,
             enable_logging=False,
         )
         if ok is False:

@@ -37,6 +37,8 @@ OTHER_VARIABLES = (
     # the node agent (`otel-gpu agent`; `otel-gpu run` checks them before starting it)
     "OTELGPU_INTERVAL", "OTELGPU_PROMETHEUS_PORT", "OTELGPU_PROMETHEUS_HOST", "OTELGPU_CHECKPOINT_DIR",
     "OTELGPU_PROCESSES", "OTELGPU_FAKE_GPUS",
+    # the ranks: the recording's per-run key (`otel-gpu run` sets it; docs/record.md)
+    "OTELGPU_RECORD_KEY",
     # other subcommands
     "OTELGPU_DEBUG", "OTELGPU_GRAFANA_TOKEN", "OTELGPU_TRACE_JSON", "OTELGPU_TRACE_GZIP",
     # the compose stack (compose/.env)

@@ -4,12 +4,18 @@
 `Receiver` in its own process, points every rank's OTLP exporter and pyroscope-io agent (and the
 node agent it starts) at it, and closes the store when the command has exited. The ranks run
 exactly the code of the OTLP path: same exporter, same sampler, same cost.
+
+The receiver takes requests from this run only: a secret made for the run is given to the ranks
+and the node agent in their environment (the OTLP exporters send it as a header through
+OTEL_EXPORTER_OTLP_HEADERS / ..._METRICS_HEADERS, the profiler through OTELGPU_RECORD_KEY); it is
+never written to a file or printed.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
+import secrets
 import socket
 import time
 from datetime import datetime, timezone
@@ -19,8 +25,9 @@ from typing import Mapping, Sequence
 from ..errors import Failure, UsageError
 from ..words import count
 from ..identity import job_folder_name, job_name
+from ..profiling import RECORD_KEY_HEADER, RECORD_KEY_VAR
 from .receiver import Receiver
-from .store import DiskError, Writer
+from .store import DB_NAME, DiskError, Writer
 
 DEFAULT_ROOT = "otel-gpu-runs"
 EXPORT_INTERVAL_MS = "1000"   # a recorded run's metric export interval (loopback: cheap)
@@ -70,6 +77,14 @@ def metrics_forward_url(env: Mapping[str, str]) -> str | None:
     return url
 
 
+def with_header(headers: str, header: str) -> str:
+    """An OTEL_EXPORTER_OTLP_*HEADERS value (comma-separated key=value) with `header` added, any
+    earlier value of the same key dropped (pure)."""
+    key = header.split("=", 1)[0].strip().lower()
+    kept = [h for h in headers.split(",") if h.strip() and h.split("=", 1)[0].strip().lower() != key]
+    return ",".join([*kept, header])
+
+
 class RecordingDiskFull(Failure):
     """The recording's disk filled up (or failed) during the run: one line naming the folder."""
 
@@ -86,6 +101,9 @@ class RecordedRun:
     def __init__(self, directory: Path, job: str, command: Sequence[str], env: Mapping[str, str],
                  pyroscope: str | None = None):
         forward_metrics = metrics_forward_url(env)
+        if (directory / DB_NAME).exists():
+            raise UsageError(f"{relative(directory)} already holds a recording: give a new folder to --record "
+                             "(two runs in one recording would read as one)")
         try:
             directory.mkdir(parents=True, exist_ok=True)
             probe = directory / ".write-test"
@@ -101,8 +119,10 @@ class RecordedRun:
         except DiskError as exc:
             raise Failure(f"cannot record in {relative(directory)}: {exc.problem}; free space there (or "
                           "--record DIR on another disk)") from None
+        self._key = secrets.token_urlsafe(32)
         self.receiver = Receiver(self.writer, forward_metrics=forward_metrics,
-                                 forward_profiles=pyroscope or env.get("OTELGPU_PYROSCOPE_URL") or None).start()
+                                 forward_profiles=pyroscope or env.get("OTELGPU_PYROSCOPE_URL") or None,
+                                 key=self._key).start()
 
     def child_env(self, env: Mapping[str, str], profile: bool = True) -> dict[str, str]:
         """The command's environment: every exporter and profiler pointed at the receiver."""
@@ -112,6 +132,11 @@ class RecordedRun:
         out["OTEL_EXPORTER_OTLP_PROTOCOL"] = "http/protobuf"
         out.setdefault("OTEL_METRIC_EXPORT_INTERVAL", EXPORT_INTERVAL_MS)
         out["OTELGPU_JOB"] = self.job
+        header = f"{RECORD_KEY_HEADER}={self._key}"
+        out["OTEL_EXPORTER_OTLP_HEADERS"] = with_header(out.get("OTEL_EXPORTER_OTLP_HEADERS", ""), header)
+        if out.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "").strip():   # the SDK reads it instead of the above
+            out["OTEL_EXPORTER_OTLP_METRICS_HEADERS"] = with_header(out["OTEL_EXPORTER_OTLP_METRICS_HEADERS"], header)
+        out[RECORD_KEY_VAR] = self._key
         if profile and out.get("OTELGPU_PROFILE", "1").strip().lower() not in ("0", "false", "no", "off"):
             out["OTELGPU_PYROSCOPE_URL"] = self.receiver.url
             out.setdefault("OTELGPU_PROFILE_UPLOAD_S", PROFILE_UPLOAD_S)

@@ -19,6 +19,12 @@ read it with the `sqlite3` shell. Tables:
 crash loses at most the request being written. A full or failing disk (SQLite's SQLITE_FULL /
 SQLITE_IOERR, the system's ENOSPC / EIO) is one `DiskError` naming the folder, whatever step hit it;
 what was committed before stays readable.
+
+What a run may make the store keep in memory or add is bounded (`RunLimits`): the series (their
+count and the text of their names and attributes), the distinct stacks remembered by id (beyond,
+looked up in the file), the text of the stacks stored. Past a bound, points of new series are
+dropped and new stacks are stored as one placeholder stack (their samples' values still count);
+`over` counts what each bound turned away.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ import errno
 import json
 import sqlite3
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -89,6 +96,21 @@ class DiskError(Failure):
         self.directory, self.problem = directory, problem
 
 
+@dataclass(frozen=True)
+class RunLimits:
+    """What one recording may hold in memory or grow by (text in characters)."""
+    series: int = 50_000               # distinct series
+    series_text: int = 16 << 20        # their metric names and attribute JSON, in all
+    stack_cache_text: int = 16 << 20   # stack JSON remembered in memory (beyond: looked up in the file)
+    stack_text: int = 512 << 20        # stack JSON stored in all
+
+
+RUN_LIMITS = RunLimits()
+SERIES_BOUND = "series"
+STACK_BOUND = "stacks"
+STACK_PLACEHOLDER = ("[stack not recorded: the recording's bound on stack text was reached]",)
+
+
 def _json(pairs) -> str:
     return json.dumps(dict(pairs), sort_keys=True, separators=(",", ":"))
 
@@ -96,8 +118,13 @@ def _json(pairs) -> str:
 class Writer:
     """Appends points and profiles to `<dir>/recording.sqlite` (created with its schema)."""
 
-    def __init__(self, directory: Path, meta: Mapping[str, str] = ()):
+    def __init__(self, directory: Path, meta: Mapping[str, str] = (), limits: RunLimits = RUN_LIMITS):
         self.directory = directory
+        self.limits = limits
+        self.over: dict[str, int] = {}   # SERIES_BOUND: points dropped; STACK_BOUND: samples given the placeholder
+        self._series_text = 0
+        self._stack_text = 0
+        self._stack_cache_text = 0
         with self._disk():
             directory.mkdir(parents=True, exist_ok=True)
             self.path = directory / DB_NAME
@@ -110,7 +137,7 @@ class Writer:
                 raise
         self._resources: dict[str, int] = {}
         self._series: dict[tuple, int] = {}
-        self._stacks: dict[tuple, int] = {}
+        self._stacks: dict[str, int] = {}   # stack JSON -> id, while within limits.stack_cache_text
         self._stats: dict[int, list] = {}   # series -> [n, first_t, first, last_t, last, last_count, sum, max]
         self.set_meta({"format": FORMAT, "version": VERSION, **dict(meta)})
 
@@ -154,6 +181,8 @@ class Writer:
                 sid = self._series.get((p.metric, p.resource, p.attrs))
                 if sid is None:
                     sid = self._series_id(p)
+                    if sid is None:
+                        continue
                 rows.append((sid, p.t, p.value, p.count, json.dumps(p.buckets) if p.buckets is not None else None))
                 st = self._stats.get(sid)
                 if st is None:
@@ -173,11 +202,17 @@ class Writer:
             raise
         return len(rows)
 
-    def _series_id(self, p: Point) -> int:
+    def _series_id(self, p: Point) -> int | None:
+        """The series' id (new: stored); None, counted in `over`, past the run's series bounds."""
         res = _json(p.resource)
+        attrs = _json(p.attrs)
+        text = len(p.metric) + len(res) + len(attrs)
+        if len(self._series) >= self.limits.series or self._series_text + text > self.limits.series_text:
+            self.over[SERIES_BOUND] = self.over.get(SERIES_BOUND, 0) + 1
+            return None
+        self._series_text += text
         rid = self._id(self._resources, res, "INSERT OR IGNORE INTO resources(attrs) VALUES (?)", (res,),
                        "SELECT id FROM resources WHERE attrs=?", (res,))
-        attrs = _json(p.attrs)
         sid = self._id({}, None, "INSERT OR IGNORE INTO series(metric, kind, unit, temporality, resource, attrs, bounds) "
                        "VALUES (?,?,?,?,?,?,?)",
                        (p.metric, p.kind, p.unit, p.temporality, rid, attrs,
@@ -202,10 +237,7 @@ class Writer:
                                       (p.t0, p.t1, plabels, p.sample_type, p.unit, p.period)).lastrowid
                 rows = []
                 for stack, labels, value in p.samples:
-                    frames = json.dumps(list(stack), separators=(",", ":"))
-                    sid = self._id(self._stacks, stack, "INSERT OR IGNORE INTO stacks(frames) VALUES (?)", (frames,),
-                                   "SELECT id FROM stacks WHERE frames=?", (frames,))
-                    rows.append((pid, sid, _json(labels), value))
+                    rows.append((pid, self._stack_id(stack), _json(labels), value))
                 self.db.executemany("INSERT INTO samples VALUES (?,?,?,?)", rows)
                 self.db.executemany("INSERT INTO stack_totals VALUES (?,?,?,?,?) ON CONFLICT DO UPDATE "
                                     "SET value = value + excluded.value",
@@ -216,6 +248,31 @@ class Writer:
             self._rollback()
             raise
         return n
+
+    def _stack_id(self, stack: tuple) -> int:
+        """The stack's id (new: stored); remembered while the cache is within its bound; past the
+        run's bound on stored stack text, a new stack is the placeholder stack."""
+        frames = json.dumps(list(stack), separators=(",", ":"))
+        sid = self._stacks.get(frames)
+        if sid is not None:
+            return sid
+        row = self.db.execute("SELECT id FROM stacks WHERE frames=?", (frames,)).fetchone()
+        if row is None:
+            if self._stack_text + len(frames) > self.limits.stack_text:
+                self.over[STACK_BOUND] = self.over.get(STACK_BOUND, 0) + 1
+                return self._stack_id(STACK_PLACEHOLDER) if stack != STACK_PLACEHOLDER else self._insert_stack(frames)
+            self._stack_text += len(frames)
+            sid = self._insert_stack(frames)
+        else:
+            sid = row[0]
+        if self._stack_cache_text + len(frames) <= self.limits.stack_cache_text:
+            self._stack_cache_text += len(frames)
+            self._stacks[frames] = sid
+        return sid
+
+    def _insert_stack(self, frames: str) -> int:
+        cur = self.db.execute("INSERT OR IGNORE INTO stacks(frames) VALUES (?)", (frames,))
+        return cur.lastrowid if cur.rowcount else self.db.execute("SELECT id FROM stacks WHERE frames=?", (frames,)).fetchone()[0]
 
     def close(self) -> None:
         """Write the per-series statistics of the whole run, fold the journal into the file, close.

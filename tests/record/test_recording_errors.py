@@ -104,8 +104,9 @@ def test_a_recorded_run_whose_disk_fills_says_so_once_at_its_end(tmp_path):
     run = RecordedRun(d, "job", ["python", "train.py"], clean_env())
     pages = run.writer.db.execute("PRAGMA page_count").fetchone()[0]
     run.writer.db.execute(f"PRAGMA max_page_count = {pages + 3}")
+    key = run.child_env({})["OTELGPU_RECORD_KEY"]   # what the ranks send (the receiver takes this run's only)
     codes = [httpx.post(run.receiver.url + "/v1/metrics", content=_points_body(300, seq),
-                        headers={"content-type": "application/x-protobuf"}, timeout=30).status_code
+                        headers={"content-type": "application/x-protobuf", "x-otelgpu-key": key}, timeout=30).status_code
              for seq in range(20)]
     assert codes == [200] * 20
     assert run.receiver.counts.lost_requests > 0 and run.receiver.disk_error is not None
