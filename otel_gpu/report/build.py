@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
@@ -14,6 +14,7 @@ from ..diagnose import run_rules
 from ..diagnose.findings import Finding
 from ..diagnose.thresholds import Thresholds
 from ..diagnose.model import DiagnoseError
+from ..record.diagnose import nonfinite_note
 from ..record.reader import Recording, RecordingError
 from ..record.session import relative
 from ..record.store import DB_NAME
@@ -35,6 +36,7 @@ class Built:
     summary: list[dict]
     job: str | None
     seconds: float
+    notes: list[str] = field(default_factory=list)
 
 
 def _count(n: int, noun: str) -> str:
@@ -57,9 +59,10 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
     meta = rec.metas[0]
     status = meta.get("exit_status")
     when = datetime.fromtimestamp(start, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    notes = [n for n in (nonfinite_note(rec),) if n]
     subtitle = (f"{when}, {end - start:.0f} s, {_count(len(summary), 'rank')} on {_count(len(rec.dirs), 'node')}"
                 + (f", exit status {status}" if status is not None else ", still running or cut off")
-                + f"; command: {' '.join(json.loads(meta.get('command', '[]')))}")
+                + f"; command: {' '.join(json.loads(meta.get('command', '[]')))}" + "".join(f"; {n}" for n in notes))
     data = {
         "job": rec.job, "start": start, "end": end, "subtitle": subtitle,
         "summary": [{"label": rd.rank_label(s["host"], s["rank"], hosts), "steps": s["steps"],
@@ -67,7 +70,7 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
         "findings": [f.as_dict() for f in findings], "diagnosis_note": note,
         "plots": rd.plots(rec, start, end), "flames": flames(rec),
     }
-    return Built(render(data), findings, summary, rec.job, time.perf_counter() - t0)
+    return Built(render(data), findings, summary, rec.job, time.perf_counter() - t0, notes)
 
 
 def input_files(dirs: Sequence[Path]) -> list[Path]:
@@ -90,7 +93,7 @@ def summary_text(built: Built, out: Path) -> str:
     """The lines printed at the end of a recorded run: steps, median step time per rank, top findings
     (names from the recording shown `visible`)."""
     hosts = len({s["host"] for s in built.summary})
-    lines = [f"otel-gpu: job {visible(built.job or '-')}"]
+    lines = [f"otel-gpu: job {visible(built.job or '-')}"] + [f"  note: {n}" for n in built.notes]
     for s in built.summary:
         lines.append(f"  {visible(rd.rank_label(s['host'], s['rank'], hosts))}: {count(round(s['steps']), 'step')}, "
                      f"median step {fmt_median(s)}")

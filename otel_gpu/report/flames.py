@@ -43,14 +43,31 @@ def _add(trees: dict, key: str, stack, value: int) -> None:
         node["v"] += value
 
 
+def _pack(tree: dict, floor: float, names: dict[str, int]) -> list[int]:
+    """The tree in preorder as one flat list, three numbers a frame: its name's index in `names`
+    (added on first use), its total value, its number of children kept (largest first; frames under
+    `floor` left out). Flat and built without recursion: a stack thousands of frames deep (a recursive
+    job) is neither a RecursionError here nor a nesting too deep for the JSON encoder."""
+    out: list[int] = []
+    todo = [("total", tree)]
+    while todo:
+        name, node = todo.pop()
+        kept = sorted(((k, c) for k, c in node["c"].items() if c["v"] >= floor), key=lambda kv: -kv[1]["v"])
+        out += (names.setdefault(name, len(names)), node["v"], len(kept))
+        todo += reversed(kept)   # the largest child is taken next
+    return out
+
+
 def flames(rec: Recording, min_share: float = MIN_FLAME_SHARE, max_nodes: int = MAX_FLAME_NODES) -> dict:
-    """Per "rank|phase" a flame graph tree `[name index, total value, [children]]` (values in the
-    profile's unit, nanoseconds for pyroscope-io), the smallest frames left out (`_floor`: their
-    time stays in their parent's total); `names` is the shared frame-name table. `trees` holds the
+    """Per "rank|phase" a flame graph tree as a flat preorder list (`_pack`: name index, total value,
+    number of children, per frame; values in the profile's unit, nanoseconds for pyroscope-io), the
+    smallest frames left out (`_floor`: their time stays in their parent's total); `names` is the
+    shared frame-name table. `trees` holds the
     user's program, `own_trees` otel-gpu's own threads; `native` lists the name indices of the
-    frames that stand for a thread in native code."""
-    trees: dict[str, dict] = {}
-    own_trees: dict[str, dict] = {}
+    frames that stand for a thread in native code. `ranks` and `phases` name the keys' two halves
+    (a name may hold "|": the page looks keys up from these, it never splits them)."""
+    trees: dict[tuple[str, str], dict] = {}
+    own_trees: dict[tuple[str, str], dict] = {}
     unit = ""
     rows = rec.profile_stacks()
     hosts = {labels.get("node", "") for _, _, labels, _ in rows}
@@ -61,7 +78,7 @@ def flames(rec: Recording, min_share: float = MIN_FLAME_SHARE, max_nodes: int = 
         rank = labels.get("rank", "?")
         if len(hosts) > 1:
             rank = f"{labels.get('node', '')} rank {rank}"
-        key = f"{rank}|{labels.get('phase') or NO_PHASE}"
+        key = (rank, labels.get("phase") or NO_PHASE)
         if is_own(stack, labels):
             _add(own_trees, key, stack, value)
             continue
@@ -71,15 +88,10 @@ def flames(rec: Recording, min_share: float = MIN_FLAME_SHARE, max_nodes: int = 
             native.add(stack[0])
         _add(trees, key, stack, value)
     names: dict[str, int] = {}
-
-    def pack(name: str, node: dict, floor: float) -> list:
-        kept = sorted(((k, c) for k, c in node["c"].items() if c["v"] >= floor), key=lambda kv: -kv[1]["v"])
-        return [names.setdefault(name, len(names)), node["v"], [pack(k, c, floor) for k, c in kept]]
-
-    packed = {k: pack("total", t, _floor(t, min_share, max_nodes)) for k, t in trees.items()}
-    own = {k: pack("total", t, _floor(t, min_share, max_nodes)) for k, t in own_trees.items()}
-    keys = set(packed) | set(own)
-    ranks = sorted({k.split("|")[0] for k in keys}, key=_num_key)
-    phases = sorted({k.split("|")[1] for k in keys}, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
+    packed = {f"{r}|{p}": _pack(t, _floor(t, min_share, max_nodes), names) for (r, p), t in trees.items()}
+    own = {f"{r}|{p}": _pack(t, _floor(t, min_share, max_nodes), names) for (r, p), t in own_trees.items()}
+    keys = set(trees) | set(own_trees)
+    ranks = sorted({r for r, _ in keys}, key=_num_key)
+    phases = sorted({p for _, p in keys}, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
     return {"unit": unit or "nanoseconds", "names": list(names), "ranks": ranks, "phases": phases, "trees": packed,
             "own_trees": own, "native": sorted(names[n] for n in native if n in names)}

@@ -156,25 +156,48 @@ function plots() {
 // ---- flame graphs ----
 const F = D.flames;
 
-function unpack(t) {
-  return { name: F.names[t[0]], value: t[1], children: t[2].map(unpack) };
+// a tree as the data holds it, flat in preorder (name index, value, number of children per frame),
+// as d3's nested nodes; loops, not recursion: a recursive job's stack can be thousands of frames deep
+function unpack(flat) {
+  const root = { name: F.names[flat[0]], value: flat[1], children: [] };
+  const open = [[root, flat[2]]];   // frames whose children are still to come, with how many
+  for (let i = 3; i < flat.length; i += 3) {
+    while (open[open.length - 1][1] === 0) open.pop();
+    const parent = open[open.length - 1];
+    parent[1]--;
+    const node = { name: F.names[flat[i]], value: flat[i + 1], children: [] };
+    parent[0].children.push(node);
+    open.push([node, flat[i + 2]]);
+  }
+  return root;
 }
 
+// add tree b (a fresh unpack, not used again) into tree a, frames of the same name merged
 function mergeInto(a, b) {
-  a.value += b.value;
-  for (const c of b.children) {
-    const same = a.children.find((x) => x.name === c.name);
-    if (same) mergeInto(same, c); else a.children.push(JSON.parse(JSON.stringify(c)));
+  const todo = [[a, b]];
+  while (todo.length) {
+    const [x, y] = todo.pop();
+    x.value += y.value;
+    for (const c of y.children) {
+      const same = x.children.find((k) => k.name === c.name);
+      if (same) todo.push([same, c]); else x.children.push(c);
+    }
   }
+}
+
+// the trees of `rank` and `phase` ("all": any) in `trees`, found by "rank|phase" key (a name may hold "|")
+function chosen(trees, rank, phase) {
+  const out = [];
+  for (const r of rank === "all" ? F.ranks : [rank]) for (const p of phase === "all" ? F.phases : [phase]) {
+    if (Object.prototype.hasOwnProperty.call(trees, r + "|" + p)) out.push(trees[r + "|" + p]);
+  }
+  return out;
 }
 
 function flameTree(rank, phase, own) {
   const root = { name: "total", value: 0, children: [] };
   const sets = own ? [F.trees, F.own_trees || {}] : [F.trees];
-  for (const trees of sets) for (const [key, t] of Object.entries(trees)) {
-    const [r, p] = key.split("|");
-    if ((rank === "all" || r === rank) && (phase === "all" || p === phase)) mergeInto(root, unpack(t));
-  }
+  for (const trees of sets) for (const t of chosen(trees, rank, phase)) mergeInto(root, unpack(t));
   return root;
 }
 
@@ -186,10 +209,7 @@ function drawFlame() {
   const rank = document.getElementById("flame-rank").value, phase = document.getElementById("flame-phase").value;
   const own = document.getElementById("flame-own").checked;
   const tree = flameTree(rank, phase, own);
-  const ownTotal = own ? 0 : Object.entries(F.own_trees || {}).filter(([key]) => {
-    const [r, p] = key.split("|");
-    return (rank === "all" || r === rank) && (phase === "all" || p === phase);
-  }).reduce((n, [, t]) => n + t[1], 0);
+  const ownTotal = own ? 0 : chosen(F.own_trees || {}, rank, phase).reduce((n, t) => n + t[1], 0);
   const native = new Set((F.native || []).map((i) => F.names[i]));
   const box = document.getElementById("flame");
   box.dataset.rank = rank;

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Sequence
 
 from otel_gpu import names as N
 from otel_gpu.record.decode import Point, ProfileRows
@@ -9,9 +10,11 @@ from otel_gpu.record.store import Writer
 
 
 def write_node(directory: Path, host: str, ranks: list[int], gpus: int, t0: float, seconds: int,
-               step_s: float = 0.1, data_wait_share: float = 0.0, job: str = "multi") -> None:
+               step_s: float = 0.1, data_wait_share: float = 0.0, job: str = "multi",
+               profiles: Sequence[ProfileRows] = ()) -> None:
     """One node's recording: `ranks` stepping every `step_s`, `gpus` GPUs, a host's CPU, one NIC, one
-    disk; exports every second for `seconds`; one profile per rank every 2 s (main, train, step)."""
+    disk; exports every second for `seconds`; one profile per rank every 2 s (main, train, step);
+    then `profiles`."""
     res = (("host.name", host), ("otelgpu.job", job))
     w = Writer(directory, {"job": job, "host": host, "started": repr(t0), "ended": repr(t0 + seconds + 0.5),
                            "exit_status": "0", "command": '["python", "train.py"]'})
@@ -44,4 +47,6 @@ def write_node(directory: Path, host: str, ranks: list[int], gpus: int, t0: floa
                                         [(("<module>", "main", "train", "step"), (("phase", "forward"),), 1_000_000_000),
                                          (("<module>", "main", "load"), (("phase", "data_wait"),), 500_000_000)])
                             for r in ranks])
+    if profiles:
+        w.add_profiles(profiles)
     w.close()

@@ -105,3 +105,39 @@ def test_the_report_opens_offline_with_every_plot_findings_and_flame_graphs(two_
 
 def test_the_report_of_a_run_fits_well_under_5_mb(two_rank_run):
     assert (two_rank_run.directory / "report.html").stat().st_size < 5_000_000
+
+
+def test_names_holding_markup_and_a_deep_stack_still_show_findings_plots_and_flames(tmp_path):
+    """A recording whose job, host and phase names hold `<!--`, `</script>`, an `<img onerror>`, U+2028,
+    an escape sequence and `|`, and a profile stack 1200 frames deep (a recursive job): the page's data
+    loads, every finding, the step, phase and CPU plots and the chosen phase's flame graph are shown."""
+    import time
+    from urllib.parse import quote
+
+    from otel_gpu.cli import main
+    from otel_gpu.record.decode import ProfileRows
+
+    from .synth import write_node
+
+    nasty = "<!--</script><img src=x onerror=alert(1)>\u2028\x1b[2J|&amp;"
+    d, t0 = tmp_path / "run", time.time() - 100
+    d.mkdir()
+    phase = "fwd|" + nasty
+    stack = tuple(f"f{i}{nasty if i == 600 else ''}" for i in range(1200))
+    deep = ProfileRows({"rank": "0", "node": "node" + nasty, "job": "job" + nasty}, t0, t0 + 5, "wall", "nanoseconds",
+                       10_000_000, [(stack, (("phase", phase),), 3_000_000_000)])
+    write_node(d, "node" + nasty, [0, 1], 1, t0, 20, data_wait_share=0.6, job="job" + nasty, profiles=[deep])
+    report = tmp_path / "r.html"
+    assert main(["report", str(d), "-o", str(report)]) == 0
+    assert "<img" not in report.read_text()
+    dom, log = open_in_chromium(report, "#rank=0&phase=" + quote(phase, safe=""))
+    assert dom.ready, "the page script did not run to its end"
+    assert "data-count" not in dom.ids["errors"], dom.ids["errors"]
+    assert not re.search(r"Uncaught|SyntaxError|TypeError|ReferenceError|RangeError", log), log[-2000:]
+    want = diagnose_recording([d]).findings
+    assert want and dom.findings == len(want) == int(dom.ids["findings"]["data-count"])
+    for pid in ("step_time", "phases", "cpu_mem", "gpu"):
+        assert int(dom.ids[f"plot-{pid}"]["data-points"]) > 0 and dom.canvas.get(f"plot-{pid}", 0) >= 1, pid
+    flame = dom.ids["flame"]
+    assert (flame["data-rank"], flame["data-phase"]) == ("0", phase)
+    assert float(flame["data-total"]) == pytest.approx(3.0)

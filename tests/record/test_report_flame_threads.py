@@ -80,8 +80,17 @@ def _recording(directory, samples):
     return Recording.open([directory])
 
 
-def _children(f, tree):
-    return {f["names"][c[0]]: c[1] for c in tree[2]}
+def _children(f, flat):
+    """{name: total} of the root's children in a flat preorder tree (name index, value, children per frame)."""
+    out, open_ = {}, [flat[2]]
+    for i in range(3, len(flat), 3):
+        while open_[-1] == 0:
+            open_.pop()
+        open_[-1] -= 1
+        if len(open_) == 1:
+            out[f["names"][flat[i]]] = flat[i + 1]
+        open_.append(flat[i + 2])
+    return out
 
 
 def test_own_threads_go_to_their_own_tree_and_native_time_is_named(tmp_path):
