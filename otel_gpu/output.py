@@ -156,6 +156,25 @@ def _write_fd(fd: int, data: bytes, name: str) -> None:
         raise OSError(exc.errno, exc.strerror, name) from None
 
 
+TEMP_SUFFIX = ".tmp"
+_TEMP_RANDOM = 8   # the characters tempfile.mkstemp puts between prefix and suffix
+
+
+def temp_prefix(folder: str, base: str, tag: str = "") -> str:
+    """The prefix of the temporary file that replaces `base` in `folder`: ".BASE.TAG." (".BASE."
+    without a tag), BASE cut by whole characters so that the temporary name fits the folder's
+    NAME_MAX in bytes (255 on most filesystems): an output named with 250-255 bytes gets one too."""
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    tail = f".{tag}." if tag else "."
+    room = name_max - len(os.fsencode("." + tail)) - _TEMP_RANDOM - len(TEMP_SUFFIX)
+    while base and len(os.fsencode(base)) > room:
+        base = base[:-1]
+    return f".{base}{tail}"
+
+
 class _Staged:
     """One output on its way: for REPLACE the whole text is in a synced temporary file."""
 
@@ -176,9 +195,9 @@ class _Staged:
 
     def _stage(self) -> None:
         t = self.target
-        tag = f"{self.tag}." if self.tag else ""
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(t.real)}.{tag}", suffix=".tmp",
-                                        dir=os.path.dirname(t.real) or ".")
+        folder = os.path.dirname(t.real) or "."
+        fd, self.tmp = tempfile.mkstemp(prefix=temp_prefix(folder, os.path.basename(t.real), self.tag),
+                                        suffix=TEMP_SUFFIX, dir=folder)
         try:
             self._fill(fd)
         except BaseException:
@@ -340,7 +359,7 @@ def discard_tagged(folder: str, tag: str) -> None:
     except FileNotFoundError:
         return
     for name in names:
-        if name.startswith(".") and f".{tag}." in name and name.endswith(".tmp"):
+        if name.startswith(".") and f".{tag}." in name and name.endswith(TEMP_SUFFIX):
             try:
                 os.unlink(os.path.join(folder, name))
             except FileNotFoundError:
