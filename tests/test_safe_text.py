@@ -28,7 +28,8 @@ def _unescape(s: str) -> str:
 
 
 def _shown_raw(ch: str) -> bool:
-    return unicodedata.category(ch) not in ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp") and (ch == " " or not ch.isspace())
+    hidden = ("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp")
+    return unicodedata.category(ch) not in hidden and (ch == " " or not ch.isspace())
 
 
 @settings(max_examples=400)

@@ -182,3 +182,38 @@ def test_tune_table_report_and_progress_show_a_trial_reason_escaped(tmp_path):
     Progress(Tuner(), Console(file=buf, force_terminal=False, color_system=None, width=300))("note", "warn " + NASTY)
     _no_raw_control(buf.getvalue())
     assert "warn \\x1b]0;pwned" in buf.getvalue() and "[bold]B[/bold]" in buf.getvalue()
+
+
+def test_a_lone_surrogate_in_trace_names_is_written_everywhere(tmp_path, capsys):
+    """JSON's "\\udc80" in kernel, op, process and thread names: the terminal, --json and --csv all written."""
+    from tests.trace.kineto import training_trace
+
+    d = tmp_path / "traces"
+    d.mkdir()
+    b = training_trace(0, short_kernels=True)
+    for e in b.events:
+        if e.get("cat") in ("kernel", "cpu_op"):
+            e["name"] += "\udc80"
+            e["tid"] = "t\udc81" if e["cat"] == "cpu_op" else e["tid"]
+        if e.get("ph") == "M":
+            e["args"]["name"] += "\ud800"
+    b.write(str(d / "rank0.json"))
+    assert main(["trace", "analyze", str(d), "--json", str(tmp_path / "a.json"), "--csv", str(tmp_path / "csv")]) == 0
+    assert "\\udc80" in capsys.readouterr().out
+    assert "\\\\udc80" in (tmp_path / "a.json").read_text()   # the name as it is shown, JSON-escaped
+    assert "\\udc80" in (tmp_path / "csv" / "gpu_kernel_breakdown_kernels.csv").read_text()
+    assert main(["trace", "diff", str(d), str(d), "--csv", str(tmp_path / "diff")]) == 0
+
+
+def test_an_ascii_only_stdout_gets_escapes_not_an_error(tmp_path):
+    import subprocess
+
+    d = tmp_path / "run"
+    d.mkdir()
+    write_node(d, "nœud", [0, 1], 0, time.time() - 100, 10, job="entraînement-日本" + NASTY)
+    env = {**clean_env(), "PYTHONIOENCODING": "ascii"}
+    for args in (["diagnose", str(d)], ["report", str(d), "-o", str(tmp_path / "r.html")]):
+        proc = subprocess.run([sys.executable, "-m", "otel_gpu", *args], capture_output=True, timeout=120, env=env)
+        assert proc.returncode == 0, proc.stderr
+        proc.stdout.decode("ascii")
+        assert b"job entra\\xeenement-\\u65e5\\u672c\\x1b]0;pwned" in proc.stdout, proc.stdout[:300]

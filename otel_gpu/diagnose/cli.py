@@ -122,7 +122,9 @@ def register(sub) -> None:
 
 
 def _fail(msg: str) -> int:
-    print(f"otel-gpu diagnose: {msg}", file=sys.stderr)
+    from ..safe_text import visible
+
+    print(f"otel-gpu diagnose: {visible(msg)}", file=sys.stderr)   # it can quote a name from the data
     return 1
 
 

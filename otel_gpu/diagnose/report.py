@@ -104,7 +104,8 @@ def markdown(d: dict) -> str:
     if not real:
         out.append("| - | - | no bottleneck found above the thresholds | - | - |")
     for i, f in enumerate(real, 1):
-        out += ["", f"## {i}. {md(f['title'])}", "", f"- **seen:** {md(f['seen'])}", f"- **why it matters:** {md(f['why'])}"]
+        out += ["", f"## {i}. {md(f['title'])}", "", f"- **seen:** {md(f['seen'])}",
+                f"- **why it matters:** {md(f['why'])}"]
         if f["basis"]:
             out.append(f"- **estimate basis:** {md(f['basis'])}")
         out.append(f"- **next:** {md(f['action'])}")

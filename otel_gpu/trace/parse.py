@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..safe_text import no_surrogates
 from ..words import count
 from .gz import READ_ERRORS, open_text
 from .intake import JSON_BACKEND, TIME_LIMIT_US, Collector, decode_piece  # noqa: F401 (re-exported)
@@ -363,7 +364,7 @@ def _finish(path: str, rank: int, col: Collector, meta: dict) -> RankEvents:
         ts_out = _downcast_int(ts.astype(np.int64))
     names = [None] * len(col.sym)
     for s, i in col.sym.items():
-        names[i] = s
+        names[i] = no_surrogates(s) if s.__class__ is str else s   # JSON's "\udc80": not writable as UTF-8
     bw = np.frombuffer(col.bw, dtype=np.float64)
     bw_index = np.flatnonzero(bw)
     return RankEvents(
