@@ -178,3 +178,8 @@ TRAIN_COLLECTIVE_TIME = _g(PREFIX + "train.collective.time", "s", "Time in colle
 TRAIN_COLLECTIVE_COUNT = _g(PREFIX + "train.collectives", "{collective}", "GPU-timed collectives counted in otelgpu.train.collective.time, by kind and process group", _RANKED + (COLLECTIVE, COLLECTIVE_BASIS, PROCESS_GROUP), "training", kind="counter")
 TRAIN_COLLECTIVE_UNMEASURED = _g(PREFIX + "train.collective.unmeasured", "{collective}", "Collectives whose time could not be measured, by reason (timing_off, ring_overflow: counted; no_flight_recorder, max_connections_1, no_records, dump_failed: 1 when the whole process is unmeasured)", _RANKED + (UNMEASURED_REASON,), "training", kind="counter")
 TRAIN_CHECKPOINT_LAST = _g(PREFIX + "train.checkpoint.last", "s", "Unix time of this rank's latest checkpoint save start / end (each distinct value is one save)", _RANKED + (CHECKPOINT_EVENT,), "training")
+COLLECTIVE_STATE = "otelgpu.collective.state"   # "started" | "completed": of a Flight Recorder sequence number
+COLLECTIVE_STATES = ("started", "completed")
+TRAIN_STEP_LAST = _g(PREFIX + "train.step.last", "s", "Unix time the rank's latest counted step ended (absent before the first)", _RANKED, "training")
+TRAIN_COLLECTIVE_OPEN = _g(PREFIX + "train.collective.open", "s", "Seconds this rank's thread has been blocked in a host-timed collective that has not returned yet, at export (0: inside none; per kind seen); nested waits count once", _RANKED + (COLLECTIVE,), "training")
+TRAIN_COLLECTIVE_SEQ = _g(PREFIX + "train.collective.seq", "{collective}", "Last NCCL collective sequence number this rank has started / completed on a process group (Flight Recorder; a rank behind the others' started number holds them up)", _RANKED + (PROCESS_GROUP, COLLECTIVE_STATE), "training")

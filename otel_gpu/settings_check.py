@@ -39,6 +39,8 @@ OTHER_VARIABLES = (
     "OTELGPU_PROCESSES", "OTELGPU_FAKE_GPUS",
     # the ranks: the recording's per-run key (`otel-gpu run` sets it; docs/record.md)
     "OTELGPU_RECORD_KEY",
+    # the ranks: where to dump their stacks on request (`otel-gpu run --record` sets it; otel_gpu/stacks.py)
+    "OTELGPU_STACKS_DIR",
     # other subcommands
     "OTELGPU_DEBUG", "OTELGPU_GRAFANA_TOKEN", "OTELGPU_TRACE_JSON", "OTELGPU_TRACE_GZIP",
     # the compose stack (compose/.env)

@@ -18,6 +18,7 @@ from .periodic import periodic_stalls
 from .rules_gpu import memory_pressure, sm_idle, throttling
 from .evaluation import evaluation
 from .rules_train import checkpoint, epoch_boundaries, input_bound
+from .stall import stall
 from .straggler import straggler
 from .tensor import tensor_idle
 from .unphased import unphased_time
@@ -27,7 +28,7 @@ from .window import DiagnoseError, Window, fetch_window
 Rule = Callable[[Window, Thresholds], list[Finding]]
 
 RULES: list[Rule] = [sm_idle, comm_bound, checkpoint, input_bound, unphased_time, straggler, periodic_stalls,
-                     evaluation, epoch_boundaries, throttling, memory_pressure, tensor_idle]
+                     evaluation, epoch_boundaries, throttling, memory_pressure, tensor_idle, stall]
 
 
 def run_rules(w: Window, th: Thresholds | None = None, rules: list[Rule] | None = None) -> list[Finding]:

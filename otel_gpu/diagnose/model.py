@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+RECENT_S = 60.0   # seconds before a window's end over which `RankStats.recent_outside_s` is counted
+
+
 class DiagnoseError(RuntimeError):
     """The window cannot be diagnosed (no data, no step metrics): one line for the user."""
 
@@ -33,6 +36,15 @@ class RankStats:
     collective_unmeasured: dict[str, float] = field(default_factory=dict)  # reason -> collectives not measured
     saves: float | None = None         # checkpoint saves that ended in the window (None: no counter)
     save_ranges: list[tuple[float, float]] = field(default_factory=list)  # (start, end) unix s, of saves seen
+    # what a stall is judged on (diagnose/stall.py): gauges at the rank's last point in the window
+    step_last_t: float | None = None   # unix s its latest step ended (otelgpu.train.step.last); None: not exported
+    steps_total: float | None = None   # its step counter's value there (since it started, not the window's increase)
+    life_step_s: float | None = None   # its mean step since it started (cumulative step time / steps)
+    collective_open: dict[str, float] = field(default_factory=dict)  # kind -> seconds inside a host-timed wait not
+                                                                       # returned yet (0: none); empty: not exported
+    collective_seq: dict[str, dict[str, float]] = field(default_factory=dict)  # process group -> {"started": n,
+                                                                                # "completed": n} (NCCL)
+    recent_outside_s: float | None = None  # checkpoint and eval seconds (own time + waits) in the window's last RECENT_S
 
     @property
     def mean_step_s(self) -> float | None:

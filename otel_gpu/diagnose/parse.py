@@ -57,8 +57,23 @@ def parse_ranks(result: list[Series]) -> list[RankStats]:
             collective_by_phase=coll,
             collective_by_kind=kinds, param_gather_s=_increase(v, "fetch") or 0.0,
             collective_basis=basis_of(bases) if coll else "",
-            collective_unmeasured=unmeasured, saves=_increase(v, "saves")))
+            collective_unmeasured=unmeasured, saves=_increase(v, "saves"), **stall_inputs(v)))
     return out
+
+
+def stall_inputs(v: dict[str, Any]) -> dict[str, Any]:
+    """A rank's RankStats fields for the stall rule, from its rank_summary statistics."""
+    seqs: dict[str, dict[str, float]] = {}
+    for prefix, state in (("seqs_", "started"), ("seqc_", "completed")):
+        for k, x in v.items():
+            if k.startswith(prefix) and x is not None:
+                seqs.setdefault(k[len(prefix):], {})[state] = x
+    recent = [v[k] for k in ("recent_ph", "recent_co") if v.get(k) is not None]
+    count, total = v.get("step_count"), v.get("step_sum")
+    return dict(step_last_t=v.get("steplast"), steps_total=v.get("steps"),
+                life_step_s=total / count if count and total is not None else None,
+                collective_open={k[len("open_"):]: x for k, x in v.items() if k.startswith("open_") and x is not None},
+                collective_seq=seqs, recent_outside_s=sum(recent) if recent else None)
 
 
 def basis_of(bases: set[str]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import names as N
 from ..readings import MetricSpec
+from .model import RECENT_S
 
 Q = "otelgpu_q"   # the tag label; never a real label of ours
 THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake")
@@ -106,7 +107,10 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
     their value at the window start (one range scan each); points; the step counter's first time
     (within `res`) and last time (its last point when alive at the window's end, else when it
     reached its last value: subquery steps are aligned, so this may be missing); the time counted at
-    the first point (step time plus checkpoint/eval phases), at the same subquery step as the first time."""
+    the first point (step time plus checkpoint/eval phases), at the same subquery step as the first time;
+    what a stall is judged on: the last values of the latest-step time, the open host wait per kind and
+    the Flight Recorder sequence numbers per process group, and the checkpoint/eval seconds (own time
+    and waits) counted in the window's last RECENT_S."""
     W, R = dur(w), dur(res)
     steps = selector(N.TRAIN_STEPS.prometheus_name(), job_sel)
     hist = N.TRAIN_STEP_DURATION.prometheus_name()
@@ -124,6 +128,9 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
                      otelgpu_phase="~" + "|".join(N.PARAM_GATHER[1]))
     unmeasured = selector(N.TRAIN_COLLECTIVE_UNMEASURED.prometheus_name(), job_sel)
     ckpt_end = selector(N.TRAIN_CHECKPOINTS.prometheus_name(), job_sel, otelgpu_checkpoint_event="end")
+    seq = N.TRAIN_COLLECTIVE_SEQ.prometheus_name()
+    recent = dur(min(RECENT_S, w))
+    outside_coll = selector(N.TRAIN_COLLECTIVE_TIME.prometheus_name(), job_sel, otelgpu_phase="~checkpoint|eval")
     return union({
         # counter increase = last value - value at the window start (absent: started inside), in Python
         "steps": f"sum {by} ({last(steps)})",
@@ -154,6 +161,16 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
         "t1": f"max {by} (timestamp({steps}))",   # exact while the series is alive at the window's end
         "t1m": first_time(f"({st} == max {by} (last_over_time({steps}[{W}] @ end())))", W, R),
         "first_sum": f"min_over_time((({counted} + sum {by} ({between})) or {counted})[{W}:{R}])",
+        # a stall: when the last step ended, who is inside a host wait (per kind), how far each process group got
+        "steplast": f"max {by} ({last(selector(N.TRAIN_STEP_LAST.prometheus_name(), job_sel))})",
+        "open:otelgpu_collective": f"max by ({RANK_BY}, otelgpu_collective) "
+                                   f"({last(selector(N.TRAIN_COLLECTIVE_OPEN.prometheus_name(), job_sel))})",
+        "seqs:otelgpu_process_group": f"max by ({RANK_BY}, otelgpu_process_group) "
+                                      f"({last(selector(seq, job_sel, otelgpu_collective_state='started'))})",
+        "seqc:otelgpu_process_group": f"max by ({RANK_BY}, otelgpu_process_group) "
+                                      f"({last(selector(seq, job_sel, otelgpu_collective_state='completed'))})",
+        "recent_ph": f"sum {by} ({delta(between, recent)})",
+        "recent_co": f"sum {by} ({delta(outside_coll, recent)})",
     })
 
 

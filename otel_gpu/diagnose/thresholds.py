@@ -79,6 +79,16 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
                                     "metric, of training-thread profile samples in communication): warning"),
         "wait_share_critical": (0.4, "... critical"),
         "link_busy": (0.6, "interconnect throughput / link limit above this: bandwidth-bound"),
+    "stall": {
+        "step_factor": (10, "no step on any rank for this many times the job's median step ..."),
+        "min_s": (120, "... and for at least this many seconds, while the ranks still export: the job is stalled"),
+        "wait_share": (0.5, "a rank inside one host-timed collective for at least this share of the stall is "
+                            "waiting; the ranks that are not hold the others up (gloo)"),
+        "gone_s": (30, "a rank whose series stopped this long (at least 3 export intervals) before the newest "
+                       "point of the others is gone (it holds the others up)"),
+        "outside_share": (0.75, "every rank spent this share of the last minute (or of the stall, if shorter) in "
+                                "checkpoint or eval: a save or an evaluation, not a stall"),
+    },
     },
 }
 

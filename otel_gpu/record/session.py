@@ -112,6 +112,7 @@ class RecordedRun:
         except OSError as exc:
             raise UsageError(f"cannot write the recording to {directory}: {exc.strerror or exc}") from None
         self.directory, self.job = directory, job
+        self.stacks_dir = directory / "stacks"   # where the ranks dump their stacks on request (`stacks.request_stacks`)
         self.started = time.time()
         try:
             self.writer = Writer(directory, {"job": job, "command": json.dumps(list(command)),
@@ -137,6 +138,12 @@ class RecordedRun:
         if out.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "").strip():   # the SDK reads it instead of the above
             out["OTEL_EXPORTER_OTLP_METRICS_HEADERS"] = with_header(out["OTEL_EXPORTER_OTLP_METRICS_HEADERS"], header)
         out[RECORD_KEY_VAR] = self._key
+        given = out.get("OTELGPU_STACKS_DIR", "").strip()   # each rank's Python stacks on request (stacks.py)
+        if given:
+            self.stacks_dir = Path(given)
+        else:
+            self.stacks_dir.mkdir(exist_ok=True)
+            out["OTELGPU_STACKS_DIR"] = str(self.stacks_dir)
         if profile and out.get("OTELGPU_PROFILE", "1").strip().lower() not in ("0", "false", "no", "off"):
             out["OTELGPU_PYROSCOPE_URL"] = self.receiver.url
             out.setdefault("OTELGPU_PROFILE_UPLOAD_S", PROFILE_UPLOAD_S)

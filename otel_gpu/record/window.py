@@ -21,6 +21,7 @@ from ..diagnose.model import DiagnoseError, GpuStats, NodeStats, RankStats, Time
 from ..diagnose.parse import basis_of, estimate_interval, node_stats, occupancy, pair_saves
 from ..diagnose.window import resolution
 from .reader import Recording, Series, Summary
+from .stall_inputs import stall_inputs_of
 
 VIRTUAL = re.compile(r"^(|lo|docker.*|veth.*|virbr.*|br-.*|cni.*|flannel.*)$")
 AGENT_LOG = "agent.log"   # `otel-gpu run` writes the node agent's messages here when it starts one
@@ -56,6 +57,7 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
     for key, ss in steps.items():
         host, rank = key
         ph: dict[str, float] = defaultdict(float)
+    stall = stall_inputs_of(rec, start, end)
         for s, st in phases.get(key, []):
             ph[s.get(N.PHASE)] += st.last
         first = min(st.first_t for _, st in ss)
@@ -86,7 +88,7 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
             collective_by_phase=dict(by_phase),
             collective_by_kind=dict(by_kind), param_gather_s=fetch, collective_basis=basis_of(bases) if key in coll else "",
             collective_unmeasured={k: v for k, v in lost.items() if v}, saves=sum(ends) if ends else None,
-            save_ranges=save_ranges.get(key, [])))
+            save_ranges=save_ranges.get(key, []), **stall.get(key, {})))
     return sorted(out, key=lambda r: (int(r.rank) if r.rank.isdigit() else 1 << 30, r.rank, r.host))
 
 

@@ -102,7 +102,7 @@ def waiting(kind: str) -> Iterator[None]:
         yield
         return
     _local.inside = True
-    began = t.wait_begin()
+    began = t.wait_begin(kind)
     try:
         yield
     finally:
@@ -122,7 +122,7 @@ def _timed(fn, kind: str, work_type):
         if t is None:
             return fn(*args, **kwargs)
         _local.inside = True
-        began = t.wait_begin()
+        began = t.wait_begin(kind)
         result = None
         try:
             result = fn(*args, **kwargs)
@@ -151,7 +151,7 @@ def _timed_wait(original):
         if t is None:
             return original(self, *args, **kwargs)
         _local.inside = True
-        began = t.wait_begin()
+        began = t.wait_begin(kind)
         try:
             return original(self, *args, **kwargs)
         finally:
@@ -210,8 +210,8 @@ def _queue_wait(futures: list) -> None:
         t = session.timer()
         if t is None or getattr(_local, "inside", False):   # inside a wait timed around it: counted there
             return
-        began = t.wait_begin()
         kind = DDP_KIND
+        began = t.wait_begin(kind)
         try:
             for fut in futures:
                 fut.wait()

@@ -11,13 +11,17 @@ format "2.x"): `{"version", "pg_config", "pg_status", "entries": [...]}`. `Curso
 successive dumps into the records not seen before, and counts what could not be measured:
 records overwritten before a poll saw them complete (ring overflow), records without a duration
 (timing off, or a backend that does not time: gloo).
+
+A dump is read within bounds: at most MAX_DUMP_BYTES and MAX_ENTRIES entries, nesting that would
+exhaust the decoder's recursion is refused in one line, and an entry whose duration is not a
+number from 0 to 1e12 ms gets none (that collective counts as not timed; the rest of the dump is read).
 """
 from __future__ import annotations
 
 import io
 import pickle
 from dataclasses import dataclass, replace
-from typing import Annotated, Iterable, Optional
+from typing import Iterable, Optional
 
 import msgspec
 
@@ -85,7 +89,9 @@ class _PlainUnpickler(pickle.Unpickler):
         raise FlightRecorderError(f"not a Flight Recorder dump: the pickle names {module}.{name}")
 
 
-Duration = Annotated[float, msgspec.Meta(ge=0, lt=1e12)]
+MAX_DUMP_BYTES = 32 << 20   # a dump's JSON or pickle: a ring of ~100,000 entries
+MAX_ENTRIES = 100_000
+Duration = float            # milliseconds; out of [0, 1e12) (or NaN): no duration (see `_record`)
 
 
 class _Entry(msgspec.Struct):
@@ -112,6 +118,9 @@ _json = msgspec.json.Decoder(_Dump)
 
 
 def _decode(data: bytes | str | dict) -> _Dump:
+    if isinstance(data, (bytes, bytearray, str)) and len(data) > MAX_DUMP_BYTES:
+        raise FlightRecorderError(f"Flight Recorder dump not read: {len(data) >> 20} MiB is over its bound of "
+                                  f"{MAX_DUMP_BYTES >> 20} MiB (a smaller TORCH_NCCL_TRACE_BUFFER_SIZE keeps it under)")
     if isinstance(data, (bytes, bytearray)) and data[:1] == b"\x80":
         try:
             data = _PlainUnpickler(io.BytesIO(bytes(data))).load()
@@ -119,6 +128,9 @@ def _decode(data: bytes | str | dict) -> _Dump:
             raise
         except Exception as exc:
             raise FlightRecorderError(f"not a Flight Recorder dump: unreadable pickle ({exc})") from None
+    if isinstance(data, dict) and isinstance(data.get("entries"), list) and len(data["entries"]) > MAX_ENTRIES:
+        raise FlightRecorderError(f"Flight Recorder dump not read: {len(data['entries']):,} entries is over its bound "
+                                  f"of {MAX_ENTRIES:,}")
     try:
         if isinstance(data, (bytes, bytearray, str)):
             return _json.decode(data)
@@ -127,13 +139,15 @@ def _decode(data: bytes | str | dict) -> _Dump:
         raise FlightRecorderError(f"not a Flight Recorder dump: {exc}") from None
     except msgspec.DecodeError as exc:
         raise FlightRecorderError(f"not a Flight Recorder dump: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise FlightRecorderError("not a Flight Recorder dump: values nested too deep to read") from None
 
 
 def _record(e: _Entry) -> Record:
     name, desc = e.process_group if e.process_group is not None else (str(e.pg_id), "")
     return Record(record_id=e.record_id, pg=name, pg_desc=desc, seq=e.p2p_seq_id if e.is_p2p else e.collective_seq_id,
                   kind=kind_of(e.profiling_name), state=e.state, retired=e.retired,
-                  duration_s=None if e.duration_ms is None else e.duration_ms / 1000.0,
+                  duration_s=e.duration_ms / 1000.0 if e.duration_ms is not None and 0 <= e.duration_ms < 1e12 else None,
                   created_ns=e.time_created_ns, p2p=e.is_p2p)
 
 
@@ -143,9 +157,26 @@ def parse(data: bytes | str | dict, min_id: int | None = None) -> tuple[str, lis
     cursor's `next_id`), records below it are skipped (read before), unless the ids restarted."""
     d = _decode(data)
     entries = d.entries or ()
+    if len(entries) > MAX_ENTRIES:
+        raise FlightRecorderError(f"Flight Recorder dump not read: {len(entries):,} entries is over its bound of "
+                                  f"{MAX_ENTRIES:,}")
     if min_id is not None and entries and max(e.record_id for e in entries) >= min_id - 1:
         entries = [e for e in entries if e.record_id >= min_id]
     return d.version, sorted((_record(e) for e in entries), key=lambda r: r.record_id)
+
+
+def last_seqs(recs: Iterable[Record]) -> dict[tuple[str, str], int]:
+    """(process group as shown, "started" | "completed") -> the collective sequence number of the newest
+    record (by record id) that has got that far (a completed one has started too). Point-to-point
+    operations are left out: their numbers count apart and only between two ranks."""
+    out: dict[tuple[str, str], int] = {}
+    for r in sorted(recs, key=lambda r: r.record_id):
+        if r.p2p or r.state not in ("started", "completed"):
+            continue
+        out[(r.group, "started")] = r.seq
+        if r.state == "completed":
+            out[(r.group, "completed")] = r.seq
+    return out
 
 
 @dataclass

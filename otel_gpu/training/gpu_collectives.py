@@ -10,8 +10,9 @@ NCCL group, the ones DDP's C++ reducer, FSDP and DeepSpeed issue included.
 run` call it). A `Poller` thread dumps the ring every `interval_s` through the control-plane handler,
 which runs without the GIL (the plain `_dump_nccl_trace_json` binding holds it and is the fallback),
 decodes it (flight_recorder.py) and adds each newly retired collective's GPU seconds to the sink,
-by kind and process group. What cannot be measured is counted by reason instead of guessed:
-timing off, records overwritten between polls (the interval halves when that happens), timing
+by kind and process group, and hands it the last sequence number each group has started and
+completed on this rank (in a hang, the ranks behind the others' started number hold them up).
+What cannot be measured is counted by reason instead of guessed: timing off, records overwritten between polls (the interval halves when that happens), timing
 refused because `CUDA_DEVICE_MAX_CONNECTIONS=1` (timing events would serialise communication with
 compute), no Flight Recorder in this torch.
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Callable, MutableMapping, Protocol
 
 from . import flight_recorder as fr
@@ -44,6 +46,8 @@ class GpuSink(Protocol):
     def collective_gpu(self, kind: str, group: str, seconds: float, count: int) -> None: ...
 
     def unmeasured(self, reason: str, count: int) -> None: ...
+
+    # optional: `collective_seq(group, state, seq)`, the last sequence number started / completed per group
 
 
 def prepare_env(env: MutableMapping[str, str]) -> str | None:
@@ -129,11 +133,15 @@ class Poller:
         self._empty = 0             # polls since the first step that found the ring empty
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._seq = getattr(sink, "collective_seq", None)   # (group, state, seq): who is behind in a hang
 
     def poll_once(self) -> fr.Poll:
         """One dump -> the sink. Before the first step, records are consumed and not reported."""
         since = self.since_ns()
         _, recs = fr.parse(self.dump(), min_id=self.cursor.next_id)
+        if self._seq is not None:   # from the first poll: a hang before the first step shows too
+            for (group, state), seq in fr.last_seqs(recs).items():
+                self._seq(group, state, seq)
         got = self.cursor.update(recs, since_ns=since if since is not None else 1 << 62)
         if since is not None:
             totals: dict[tuple[str, str], list] = {}
@@ -170,15 +178,26 @@ class Poller:
         return self
 
     def stop(self, final_poll: bool = True, timeout_s: float = 2.0) -> None:
-        """Stop the thread; one last poll counts what retired since the previous one."""
+        """Stop the thread; one last poll counts what retired since the previous one. Returns within
+        about `timeout_s` whatever the dump does: the last poll runs on a daemon thread, and none is
+        made while the thread's own dump has not returned (another would hang the same way)."""
+        deadline = time.monotonic() + timeout_s
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                log.debug("otel-gpu: the Flight Recorder dump has not returned; no last poll")
+                return
         if final_poll and self.error is None:
-            try:
-                self.poll_once()
-            except Exception as exc:   # at exit: what was counted so far stays
-                log.debug("otel-gpu: last Flight Recorder poll failed: %r", exc)
+            last = threading.Thread(target=self._last_poll, name="otelgpu-nccl-timing-last", daemon=True)
+            last.start()
+            last.join(max(0.0, deadline - time.monotonic()))
+
+    def _last_poll(self) -> None:
+        try:
+            self.poll_once()
+        except Exception as exc:   # at exit: what was counted so far stays
+            log.debug("otel-gpu: last Flight Recorder poll failed: %r", exc)
 
 
 _lock = threading.Lock()

@@ -32,7 +32,8 @@ log = logging.getLogger("otel_gpu.training")
 
 TRAINING_SPECS = (names.TRAIN_STEP_DURATION, names.TRAIN_STEPS, names.TRAIN_SAMPLES, names.TRAIN_TOKENS,
                   names.TRAIN_PHASE_TIME, names.TRAIN_CHECKPOINTS, names.TRAIN_COLLECTIVE_TIME,
-                  names.TRAIN_CHECKPOINT_LAST, names.TRAIN_COLLECTIVE_COUNT, names.TRAIN_COLLECTIVE_UNMEASURED)
+                  names.TRAIN_CHECKPOINT_LAST, names.TRAIN_COLLECTIVE_COUNT, names.TRAIN_COLLECTIVE_UNMEASURED,
+                  names.TRAIN_STEP_LAST, names.TRAIN_COLLECTIVE_OPEN, names.TRAIN_COLLECTIVE_SEQ)
 names.register(*TRAINING_SPECS)
 EXIT_TIMEOUT_S = 5.0   # longest the final flush (metrics and profile at once) may hold the exit of a rank
 
@@ -90,7 +91,11 @@ class OtelSink:
         self.collective_n: dict[tuple[str, str], int] = {}     # GPU-timed: (kind, group) -> collectives
         self.unmeasured_n: dict[str, int] = {}                 # reason -> collectives not measured
         self.first_step_ns: int | None = None   # unix ns when the first counted step began
+        self.step_last: float | None = None      # unix s when the latest counted step ended
         self.live_phases = None   # () -> {phase: seconds incl. open phases} (Timer.phase_totals), when set
+        self.open_waits = None    # () -> {kind: seconds inside a host wait still open} (Timer.open_waits), when set
+        self.open_kinds: set[str] = set()        # host-timed kinds seen: exported as 0 while no wait of theirs is open
+        self.collective_seqs: dict[tuple[str, str], int] = {}   # (process group, state) -> last sequence number
         self._pending: deque[float] = deque()   # step durations not yet in the histogram
         self._duration = meter.create_histogram(names.TRAIN_STEP_DURATION.name, unit="s",
                                                 description=names.TRAIN_STEP_DURATION.description)
@@ -104,8 +109,11 @@ class OtelSink:
                                (names.TRAIN_COLLECTIVE_COUNT, "{collective}", self._observe_collective_counts),
                                (names.TRAIN_COLLECTIVE_UNMEASURED, "{collective}", self._observe_unmeasured)):
             meter.create_observable_counter(spec.name, [fn], unit=unit, description=spec.description)
-        spec = names.TRAIN_CHECKPOINT_LAST
-        meter.create_observable_gauge(spec.name, [self._observe_checkpoint_last], unit="s", description=spec.description)
+        for spec, unit, fn in ((names.TRAIN_CHECKPOINT_LAST, "s", self._observe_checkpoint_last),
+                               (names.TRAIN_STEP_LAST, "s", self._observe_step_last),
+                               (names.TRAIN_COLLECTIVE_OPEN, "s", self._observe_open),
+                               (names.TRAIN_COLLECTIVE_SEQ, "{collective}", self._observe_seqs)):
+            meter.create_observable_gauge(spec.name, [fn], unit=unit, description=spec.description)
 
     # ---- hot path (training thread) ----
     def step(self, seconds, samples, tokens):
@@ -113,6 +121,7 @@ class OtelSink:
             self.first_step_ns = time.time_ns() - int(seconds * 1e9)
         self._pending.append(seconds)
         self.steps += 1
+        self.step_last = time.time()
         if samples:
             self.samples += samples
         if tokens:
@@ -137,6 +146,9 @@ class OtelSink:
 
     def unmeasured(self, reason, count):
         self.unmeasured_n[reason] = self.unmeasured_n.get(reason, 0) + count
+
+    def collective_seq(self, group, state, seq):
+        self.collective_seqs[(group, state)] = seq
 
     # ---- collection (exporter thread) ----
     def _observe_steps(self, options):
@@ -166,6 +178,23 @@ class OtelSink:
 
     def _observe_checkpoint_last(self, options):
         return [Observation(v, {**self.attrs, names.CHECKPOINT_EVENT: k}) for k, v in list(self.checkpoint_last.items())]
+
+    def _observe_step_last(self, options):
+        t = self.step_last
+        return [Observation(t, self.attrs)] if t is not None else []
+
+    def _observe_open(self, options):
+        # computed here (the hot path stores a start time only): every host-timed kind seen so far, 0 when
+        # no wait of it is open, so "not inside" is a value and not a missing series
+        now = self.open_waits() if self.open_waits is not None else {}
+        kinds = self.open_kinds
+        kinds.update(now)
+        kinds.update(kind for kind, _, basis, _ in list(self.collective_s) if basis == "host")
+        return [Observation(now.get(k, 0.0), {**self.attrs, names.COLLECTIVE: k}) for k in sorted(kinds)]
+
+    def _observe_seqs(self, options):
+        return [Observation(v, {**self.attrs, names.PROCESS_GROUP: group, names.COLLECTIVE_STATE: state})
+                for (group, state), v in list(self.collective_seqs.items())]
 
     def _observe_collectives(self, options):
         return [Observation(v, {**self.attrs, names.COLLECTIVE: kind, names.PHASE: phase,
@@ -224,6 +253,7 @@ class Session:
         self.sink = OtelSink(self.provider.get_meter("otel_gpu.training"), self.attrs)
         self.timer = Timer(self.sink)
         self.sink.live_phases = self.timer.phase_totals
+        self.sink.open_waits = self.timer.open_waits
         self.profiler = None
         if profile:
             job = self.attrs.get(names.JOB)
@@ -281,12 +311,22 @@ def current(env: Mapping[str, str] | None = None) -> Session | None:
             log.warning("otel-gpu training telemetry off: %r", exc)
             return None
         atexit.register(_shutdown_at_exit)
+        if env.get("OTELGPU_STACKS_DIR", "").strip():   # set by `otel-gpu run --record`: stacks on a signal
+            _stacks_on_request(env, _session.attrs.get(names.RANK, "0"))
         for start in ON_START:
             try:
                 start()
             except Exception as exc:  # an unknown torch version: the step metrics still work
                 log.warning("otel-gpu: data and collective wait not measured: %r", exc)
         return _session
+
+
+def _stacks_on_request(env: Mapping[str, str], rank: str) -> None:
+    try:
+        from .. import stacks
+        stacks.install(env, rank)
+    except Exception as exc:  # a stack dump we cannot offer must not stop the training
+        log.warning("otel-gpu: stacks on request off: %r", exc)
 
 
 def prepare(env: Mapping[str, str] | None = None) -> None:

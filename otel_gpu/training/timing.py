@@ -90,7 +90,7 @@ class _Frame:
 class _Thread:
     """One thread's phases: the open frames and the closed totals, written by that thread only."""
 
-    __slots__ = ("stack", "closed", "gen", "thread", "waiting")
+    __slots__ = ("stack", "closed", "gen", "thread", "waiting", "open")
 
     def __init__(self):
         self.stack: list[_Frame] = []
@@ -98,6 +98,7 @@ class _Thread:
         self.gen = 0                         # odd while the owner changes stack/closed
         self.thread = threading.current_thread()
         self.waiting = 0                     # collective waits open on this thread: no frame counts own time
+        self.open: tuple | None = None       # (kind, clock) of the outermost wait open now (read by the exporter)
 
 
 class Timer:
@@ -170,11 +171,12 @@ class Timer:
             self._step_start = self.clock()
             self._step_thread = threading.get_ident()
 
-    def wait_begin(self) -> tuple:
-        """This thread starts blocking in a collective: no phase of it counts own time (live reads too) until
-        `wait_end`, a phase entered meanwhile included. Returns the token to hand to `wait_end`: (the thread's
-        state, its innermost frame now or None, the clock reading). Called per collective: the guard is
-        inlined rather than the `_guarded` wrapper."""
+    def wait_begin(self, kind: str | None = None) -> tuple:
+        """This thread starts blocking in a collective (of `kind`, when known now): no phase of it counts own
+        time (live reads too) until `wait_end`, a phase entered meanwhile included; the outermost wait's kind
+        and start are kept for `open_waits`. Returns the token to hand to `wait_end`: (the thread's state, its
+        innermost frame now or None, the clock reading). Called per collective: the guard is inlined rather
+        than the `_guarded` wrapper."""
         if self.broken:
             return (None, None, self.clock())
         try:
@@ -183,8 +185,10 @@ class Timer:
             top = stack[-1] if stack else None
             st.gen += 1
             now = self.clock()
-            if top is not None and not st.waiting:
-                top.acc += now - top.resumed
+            if not st.waiting:
+                if top is not None:
+                    top.acc += now - top.resumed
+                st.open = (kind, now)
             st.waiting += 1
             st.gen += 1
             return (st, top, now)
@@ -208,8 +212,10 @@ class Timer:
             if st.waiting > 0:
                 st.gen += 1
                 st.waiting -= 1
-                if not st.waiting and st.stack:
-                    st.stack[-1].resumed = now
+                if not st.waiting:
+                    st.open = None
+                    if st.stack:
+                        st.stack[-1].resumed = now
                 st.gen += 1
             if kind is not None:
                 if frame is not None and not frame.live:
@@ -321,6 +327,19 @@ class Timer:
             self.exit(name)
 
     # ---- reading (exporter thread) -------------------------------------------
+    def open_waits(self) -> dict[str, float]:
+        """Collective kind ("" when not known) -> seconds the longest outermost wait of that kind still open
+        on any thread has lasted, now; empty when no thread is inside one. A wait inside another counts once."""
+        now = self.clock()
+        out: dict[str, float] = {}
+        for st in list(self._threads):
+            got = st.open
+            if got is not None:
+                kind, since = got
+                kind = kind or ""
+                out[kind] = max(out.get(kind, 0.0), now - since)
+        return out
+
     def phase_totals(self, tries: int = 50) -> dict[str, float]:
         """Exclusive seconds per phase over every thread: phases that ended plus the open ones up
         to now. Never lower than the previous answer (monotone, for a cumulative counter); when a

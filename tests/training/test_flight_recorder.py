@@ -56,7 +56,9 @@ def test_kinds(name, kind):
 
 @pytest.mark.parametrize("data, says", [
     (b"not json", "invalid JSON"), ("[1, 2]", "Expected `object`"), ('{"entries": 3}', "entries"),
-    ('{"entries": [{"record_id": "x"}]}', "record_id"), ('{"entries": [{"record_id": 1, "duration_ms": -1}]}', "duration_ms"),
+    ('{"entries": [{"record_id": "x"}]}', "record_id"), ('{"entries": [{"record_id": 1, "duration_ms": "1"}]}', "duration_ms"),
+    pytest.param('{"entries": [{"record_id": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}]}", "nested too deep",
+                 id="nested-100000-deep"),
     (pickle.dumps({"entries": [object]}), "builtins.object"), (b"\x80\x04garbage", "unreadable pickle"),
 ])
 def test_a_malformed_dump_is_one_clear_error(data, says):
@@ -305,3 +307,58 @@ def test_property_skipping_read_records_changes_nothing_the_cursor_reports(lo, n
         a.update(fr.parse(warm)[1])
         b.update(fr.parse(warm)[1])
     assert a.update(fr.parse(doc)[1]) == b.update(fr.parse(doc, min_id=b.next_id)[1])
+
+
+# ---- bounds: a dump never stops the job's exit, nor the rest of the run's timing ------------------
+
+def test_an_entry_with_a_bad_duration_is_untimed_and_the_rest_of_the_dump_is_read():
+    bad = [{**entry(i, dur=d)} for i, d in enumerate([-1.0, 2.0, 1e13, 3.0])]
+    bad.append({**entry(4, dur=1.0), "duration_ms": float("nan")})
+    _, recs = fr.parse(pickle.dumps({"entries": bad}))
+    assert [r.duration_s for r in recs] == [None, 0.002, None, 0.003, None]
+    got = fr.Cursor().update(recs)
+    assert len(got.timed) == 2 and got.unmeasured == {fr.UNTIMED: 3}
+
+
+def test_a_dump_past_its_bounds_is_one_line(monkeypatch):
+    monkeypatch.setattr(fr, "MAX_ENTRIES", 10)
+    many = {"entries": [entry(i) for i in range(11)]}
+    for data in (json.dumps(many), pickle.dumps(many), many):
+        with pytest.raises(fr.FlightRecorderError, match="11 entries is over its bound of 10"):
+            fr.parse(data)
+    monkeypatch.setattr(fr, "MAX_DUMP_BYTES", 100)
+    with pytest.raises(fr.FlightRecorderError, match="over its bound"):
+        fr.parse(json.dumps({"entries": [entry(0)] * 3}))
+
+
+HANG = """
+import sys, threading, time
+from otel_gpu.training import gpu_collectives as gc
+
+class Sink:
+    def collective_gpu(self, *a): pass
+    def unmeasured(self, *a): pass
+
+hang = threading.Event()
+def dump():
+    if hang.is_set():
+        threading.Event().wait()   # a dump that never returns
+    return '{"entries": []}'
+
+if sys.argv[1] == "every":
+    hang.set()
+gc.launch(dump, Sink(), lambda: 0, interval_s=0.05)
+time.sleep(0.3)
+hang.set()                         # "last": the polls so far returned, the last one would not
+t = time.monotonic()
+gc.stop()
+print(f"stopped {time.monotonic() - t:.2f}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("which", ["every", "last"])
+def test_a_dump_that_never_returns_does_not_hold_the_process_exit(which):
+    proc = subprocess.run([sys.executable, "-c", HANG, which], env=clean_env(), capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout.split()[1]) < 3.0
