@@ -4,6 +4,7 @@ import sys
 
 from ..errors import UsageError
 from ..exiting import end_of_process
+from ..safe_text import visible
 from . import cli
 
 
@@ -15,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except UsageError as exc:
-        print(f"otel-gpu trace: {exc}", file=sys.stderr)
+        print(f"otel-gpu trace: {visible(str(exc))}", file=sys.stderr)   # it can name a file of the trace set
         return 2
 
 

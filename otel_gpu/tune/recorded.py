@@ -15,6 +15,7 @@ from typing import Mapping
 
 from .. import names
 from ..record.reader import Recording, RecordingError
+from ..safe_text import visible
 from ..record.session import RecordedRun
 from . import evidence as E
 from .objective import NONE, LogObjective, StepStats, steady_from_histogram
@@ -67,7 +68,7 @@ class RecordingObjective:
         try:
             write_report([run.directory], run.directory / REPORT_NAME)
         except (RecordingError, OSError, ValueError) as exc:
-            log.warning("otel-gpu tune: no report for trial %s: %s", trial_id, exc)
+            log.warning("otel-gpu tune: no report for trial %s: %s", trial_id, visible(str(exc)))
 
     def measure(self, trial_id: str, directory: Path, start: float, end: float | None = None) -> StepStats:
         path = directory / RECORDING
