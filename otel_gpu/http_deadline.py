@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import contextvars
 import time
+import zlib
 from typing import Any
 
 import httpcore
 import httpx
+
+from .inflate import DEFLATE, GZIP, Inflater, TooLarge
 
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("otelgpu_http_deadline", default=None)
 
@@ -96,21 +99,26 @@ def deadline_client(timeout: float, **kwargs: Any) -> httpx.Client:
     return client
 
 
-def request(client: httpx.Client, method: str, url: str, *, timeout: float, **kwargs: Any) -> httpx.Response:
-    """Send one request and read its whole answer within ``timeout`` seconds (wall clock, monotonic).
+def request(client: httpx.Client, method: str, url: str, *, timeout: float, max_bytes: int | None = None,
+            **kwargs: Any) -> httpx.Response:
+    """Send one request and read its whole answer within ``timeout`` seconds (wall clock, monotonic),
+    and with ``max_bytes``, at most that many bytes of it once decompressed (gzip and deflate are
+    inflated here as they arrive, within the bound).
 
     Returns a read ``httpx.Response`` (``.status_code``, ``.json()``, ``.text``); raises
-    ``httpx.TimeoutException`` past the deadline and other ``httpx.HTTPError`` as httpx does.
-    ``client`` should come from ``deadline_client()`` (or ``install()``): without that only the body
-    reads are bounded, between chunks."""
+    ``httpx.TimeoutException`` past the deadline, ``inflate.TooLarge`` past ``max_bytes`` and other
+    ``httpx.HTTPError`` as httpx does. ``client`` should come from ``deadline_client()`` (or
+    ``install()``): without that only the body reads are bounded, between chunks."""
     deadline = time.monotonic() + timeout
     token = _DEADLINE.set(deadline)
     try:
+        if max_bytes is not None:   # encodings we inflate within the bound, and no other
+            kwargs["headers"] = {**dict(kwargs.get("headers") or {}), "accept-encoding": "gzip, deflate"}
         req = client.build_request(method, url, timeout=timeout, **kwargs)
         r = client.send(req, stream=True)
         try:
             chunks = []
-            for chunk in r.iter_bytes():
+            for chunk in (r.iter_bytes() if max_bytes is None else _bounded(r, max_bytes)):
                 chunks.append(chunk)
                 if time.monotonic() > deadline:
                     raise httpx.ReadTimeout(f"the answer took longer than {timeout:g} s", request=req)
@@ -122,3 +130,23 @@ def request(client: httpx.Client, method: str, url: str, *, timeout: float, **kw
                if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
     return httpx.Response(r.status_code, headers=headers, content=b"".join(chunks), request=req,
                           extensions={"http_version": r.extensions.get("http_version", b"HTTP/1.1")})
+
+
+def _bounded(r: httpx.Response, max_bytes: int):
+    """The answer's body, decompressed, in chunks; TooLarge once it passes `max_bytes`."""
+    enc = r.headers.get("content-encoding", "").strip().lower()
+    if enc not in ("", "identity", GZIP, DEFLATE):
+        raise httpx.DecodingError(f"unsupported content-encoding {enc!r}", request=r.request)
+    inflater = Inflater(enc, max_bytes, "the answer") if enc in (GZIP, DEFLATE) else None
+    total = 0
+    try:
+        for raw in r.iter_raw():
+            chunk = inflater.feed(raw) if inflater is not None else raw
+            total += len(chunk)
+            if total > max_bytes:
+                raise TooLarge("the answer", max_bytes)
+            yield chunk
+        if inflater is not None:
+            inflater.finish()
+    except (zlib.error, EOFError) as exc:
+        raise httpx.DecodingError(f"bad {enc} answer: {exc}", request=r.request) from None

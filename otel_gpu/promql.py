@@ -16,8 +16,10 @@ from typing import Any, Iterable
 import httpx
 
 from .http_deadline import deadline_client, install, request
+from .inflate import TooLarge, mib
 
 TimeLike = float | int | datetime
+MAX_ANSWER_BYTES = 64 << 20   # an API answer, decompressed: more is refused in one line
 
 
 class PromError(RuntimeError):
@@ -131,7 +133,7 @@ class PromClient:
     """Client for ``/api/v1`` of a Prometheus-compatible server at ``base_url``.
 
     ``timeout`` is seconds per request, the whole of it: connect, send and every read of the answer
-    (``http_deadline``). Pass ``client`` to share an ``httpx.Client``; otherwise the client owns one
+    (``http_deadline``); ``max_bytes`` bounds an answer's size (decompressed as it is read). Pass ``client`` to share an ``httpx.Client``; otherwise the client owns one
     (``close()``).
     """
 
@@ -142,11 +144,13 @@ class PromClient:
         client: httpx.Client | None = None,
         *,
         name: str = "Prometheus",
+        max_bytes: int = MAX_ANSWER_BYTES,
         params: dict[str, str] | None = None,
     ):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.name = name
+        self.max_bytes = max_bytes
         # sent with every query: e.g. VictoriaMetrics' latency_offset=0s (it otherwise hides the newest
         # 30 s); Prometheus ignores parameters it does not know
         self.params = dict(params or {})
@@ -248,9 +252,14 @@ class PromClient:
         try:
             try:
                 if method == "POST":
-                    r = request(self._client, "POST", url, data=params, timeout=self.timeout)
+                    r = request(self._client, "POST", url, data=params, timeout=self.timeout, max_bytes=self.max_bytes)
                 else:
-                    r = request(self._client, "GET", url, params=params, timeout=self.timeout)
+                    r = request(self._client, "GET", url, params=params, timeout=self.timeout, max_bytes=self.max_bytes)
+            except TooLarge:
+                raise PromError(
+                    f"{self.name} at {self.base_url} answered {path} with more than {mib(self.max_bytes)}: "
+                    "not read (a shorter window or a narrower query keeps it under)"
+                ) from None
             except httpx.TimeoutException:
                 raise PromError(
                     f"{self.name} at {self.base_url} did not answer within {self.timeout:g} s ({path})"
