@@ -3,11 +3,15 @@
 No step advances while the ranks evaluate: the training side keeps an evaluation pass out of the
 step that contains it, as its own phase ("eval": `evaluate` of the HF Trainer, Lightning's
 validation loop, a plain loop's model called under `no_grad` / `inference_mode` / after
-`model.eval()`). A rank's evaluation time is its eval phase seconds (own time) plus the seconds it
-was blocked in collectives inside eval (the loss or metric all-reduce of a distributed evaluation).
-In synchronous training every rank waits for the slowest evaluation, so the share reported is the
-largest of the ranks'. With GPUs, their activity during eval against training says whether the
-evaluation at least keeps them busy.
+`model.eval()`). A rank's evaluation time is its eval phase seconds (own time) plus the collective
+wait inside eval that every evaluating rank had: the least of their waits, the collectives' own time
+(the loss or metric all-reduce of a distributed evaluation). What a rank waited beyond that, it waited
+for another rank: one still evaluating (whose own eval seconds count it), or one doing something else
+first, such as rank 0 saving a checkpoint while rank 1 enters eval and blocks in its first all-reduce
+(the checkpoint finding counts those seconds, on every rank) or a slow step (the straggler rule's).
+Counting that wait here too counted the same seconds under two findings. In synchronous training
+every rank waits for the slowest evaluation, so the share reported is the largest of the ranks'. With
+GPUs, their activity during eval against training says whether the evaluation at least keeps them busy.
 """
 from __future__ import annotations
 
@@ -24,9 +28,19 @@ PHASE = "eval"
 PHASE_EPS = 0.01   # ranks in eval (timeline value) above this: an evaluation is running
 
 
-def eval_seconds(r: RankStats) -> float:
-    """Seconds rank `r` spent evaluating in the window: eval phase time plus collective waits inside it."""
-    return r.phases.get(PHASE, 0.0) + r.collective_by_phase.get(PHASE, 0.0)
+def shared_wait(ranks: list[RankStats]) -> float:
+    """Seconds of collective wait inside eval that every evaluating rank had (the least of theirs, over
+    the ranks whose collectives are measured): the collectives' own time, not a wait for another rank."""
+    waits = [r.collective_by_phase.get(PHASE, 0.0) for r in ranks
+             if r.collective_s is not None and (r.phases.get(PHASE, 0.0) > 0 or r.collective_by_phase.get(PHASE, 0.0) > 0)]
+    return min(waits) if waits else 0.0
+
+
+def eval_seconds(r: RankStats, shared: float) -> float:
+    """Seconds rank `r` spent evaluating in the window: eval phase time plus `shared` (see `shared_wait`),
+    at most its own wait inside eval; 0 for a rank that never evaluated."""
+    own, waited = r.phases.get(PHASE, 0.0), r.collective_by_phase.get(PHASE, 0.0)
+    return own + min(shared, waited) if own > 0 or waited > 0 else 0.0
 
 
 def passes(w: Window) -> tuple[list[tuple[float, float]], float | None]:
@@ -71,7 +85,8 @@ def evaluation(w: Window, th: Thresholds) -> list[Finding]:
     """Evaluation's share of the ranks' wall time (the largest of the ranks'), reported from
     `eval.share_min`, a warning from `eval.share_warning`, critical from `eval.share_critical`."""
     t = th["eval"]
-    per = {r.rank: (r, eval_seconds(r), w.rank_wall_s(r)) for r in w.ranks}
+    shared = shared_wait(w.ranks)
+    per = {r.rank: (r, eval_seconds(r, shared), w.rank_wall_s(r)) for r in w.ranks}
     per = {k: v for k, v in per.items() if v[1] > 0 and v[2] > 0}
     if not per:
         return []
@@ -88,8 +103,16 @@ def evaluation(w: Window, th: Thresholds) -> list[Finding]:
         seen += (f" ({count(len(ranges), 'pass')} seen"
                  + (f", one every {fmt.secs(every)}" if every else "") + ")")
     waited = r.collective_by_phase.get(PHASE, 0.0)
-    if waited > 0:
-        seen += f"; {fmt.secs(waited)} of it blocked in collectives inside eval"
+    counted = min(shared, waited)
+    if counted > 0:
+        seen += f"; {fmt.secs(counted)} of it blocked in collectives inside eval"
+    others = {k: v[0].collective_by_phase.get(PHASE, 0.0) - min(shared, v[0].collective_by_phase.get(PHASE, 0.0))
+              for k, v in per.items()}
+    others = {k: v for k, v in others.items() if v >= 0.0005}
+    if others:
+        seen += ("; left out, as waits for other ranks (their evaluation, or a checkpoint save or slow step that "
+                 "other findings count): " + ", ".join(f"rank {k} {fmt.secs(v)}" for k, v in sorted(others.items()))
+                 + " blocked inside eval beyond the collectives' own time")
     if len(per) > 1:
         seen += "; " + ", ".join(f"rank {k} {fmt.pct(v)}" for k, v in sorted(shares.items()))
     act = _activity(w)
@@ -111,13 +134,16 @@ def evaluation(w: Window, th: Thresholds) -> list[Finding]:
         seen=seen, why=why,
         action=_advice(share, every, t["share_warning"] * 0.5),
         lost_s=lost, lost_share=share,
-        basis="eval phase seconds plus collective waits inside eval, of the rank with the largest share, x ranks, "
-              "over that rank's wall time in the window",
+        basis="eval phase seconds plus the collective wait inside eval every evaluating rank had (the least of "
+              "the ranks': a rank's wait beyond it is time spent waiting for another rank, counted where that rank's "
+              "time is: its own eval seconds, a checkpoint save, a slow step), of the rank with the largest share, "
+              "x ranks, over that rank's wall time in the window",
         where={"ranks": sorted(per, key=lambda k: (int(k) if k.isdigit() else 1 << 30, k)),
                "nodes": sorted({v[0].host for v in per.values()})},
         ranges=ranges,
         evidence={"eval_s": round(secs, 3), "wall_s": round(wall, 3), "share": round(share, 4),
                   "per_rank_share": {k: round(v, 4) for k, v in shares.items()},
-                  "eval_collective_s": round(waited, 3), "passes": len(ranges), "every_s": every,
+                  "eval_collective_s": round(counted, 3), "eval_collective_left_out_s": {k: round(v, 3) for k, v in others.items()},
+                  "passes": len(ranges), "every_s": every,
                   "activity_drop": drop},
     )]

@@ -34,13 +34,32 @@ def test_severity_follows_the_share_of_wall_time(eval_s, severity):
     assert f.where["ranks"] == ["0", "1"]
 
 
-def test_waits_inside_eval_are_evaluation_time_and_the_slowest_rank_counts():
-    # rank 1 evaluates 10 s of its own and waits 14 s in the loss all-reduce inside eval; rank 0 evaluates 30 s
+def test_waits_inside_eval_count_once_and_the_slowest_rank_counts():
+    # rank 1 evaluates 10 s of its own and waits 14 s in the loss all-reduce inside eval, for rank 0, which
+    # evaluates 30 s and waits 0.5 s there: the all-reduce's own time, which every rank pays
     w = window(ranks=[rank(0, eval=30.0, waits={"eval": 0.5, "": 3.0}), rank(1, eval=10.0, waits={"eval": 14.0})])
     f = only(evaluation(w, TH))
-    assert f.evidence["per_rank_share"] == {"0": pytest.approx(30.5 / 120, abs=1e-4), "1": pytest.approx(24 / 120, abs=1e-4)}
+    # rank 1's 13.5 s beyond that were rank 0's evaluation, already in rank 0's 30 s
+    assert f.evidence["per_rank_share"] == {"0": pytest.approx(30.5 / 120, abs=1e-4), "1": pytest.approx(10.5 / 120, abs=1e-4)}
     assert f.evidence["eval_s"] == pytest.approx(30.5) and f.evidence["share"] == pytest.approx(30.5 / 120, abs=1e-4)
-    assert "rank 0 on n0 evaluated" in f.seen
+    assert f.evidence["eval_collective_left_out_s"] == {"1": pytest.approx(13.5)}
+    assert "rank 0 on n0 evaluated" in f.seen and "rank 1 13.5 s blocked inside eval" in f.seen, f.seen
+
+
+def test_waits_inside_eval_for_another_ranks_checkpoint_are_not_counted_twice():
+    """Rank 0 saves (10.2 s) while rank 1 has gone on into eval and blocks in its first all-reduce until the
+    save ends: those seconds are the checkpoint finding's (every rank waits for the slowest save), not eval's.
+    The passes themselves are 5 s on each rank, their all-reduces 0.1 s."""
+    ranks = [rank(0, eval=5.0, checkpoint=10.2, waits={"eval": 0.1, "": 1.0}),
+             rank(1, eval=5.0, waits={"eval": 10.3, "": 1.0})]
+    found = {f.rule: f for f in run_rules(window(ranks=ranks), TH)}
+    ev, ck = found["eval"], found["checkpoint"]
+    assert ev.lost_share == pytest.approx(5.1 / 120, abs=1e-4), ev.evidence   # was 15.3 / 120: rank 1's wait counted
+    assert ev.evidence["per_rank_share"] == {"0": pytest.approx(5.1 / 120, abs=1e-4), "1": pytest.approx(5.1 / 120, abs=1e-4)}
+    assert ck.lost_s == pytest.approx(2 * 10.2)                                  # the save, on both ranks
+    # the two findings' seconds on rank 1 add up to what its wall time holds of them, each counted once
+    assert ev.lost_s + ck.lost_s == pytest.approx(2 * (5.1 + 10.2))
+    assert "rank 1 10.2 s blocked inside eval" in ev.seen, ev.seen
 
 
 def test_passes_and_how_much_less_often():
