@@ -106,3 +106,47 @@ def test_no_surrogates_keeps_every_other_character(s):
     out.encode("utf-8")
     if not re.search("[\ud800-\udfff]", s):
         assert out == s
+
+
+_LAYOUT_OK = re.compile("[^\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]*")   # newlines only
+
+
+def _only_layout_newlines(out: str) -> None:
+    assert _LAYOUT_OK.fullmatch(out), repr(out)
+    assert all(line.isprintable() for line in out.split("\n"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(ANY, ANY, ANY, st.sampled_from([None, 40, 100]))
+def test_a_diagnosis_in_the_terminal_holds_no_control_character_but_its_newlines(job, title, seen, width):
+    from otel_gpu.diagnose import report
+
+    finding = {"missing": [], "confidence": "high", "severity": "critical", "title": title, "seen": seen,
+               "why": seen, "basis": title, "action": title, "where": {"ranks": [job, "1"], "nodes": [seen]},
+               "ranges": [(0.0, 10.0)], "tune_space": {title: [1, 2]}, "lost_s": 5.0, "lost_share": 0.5}
+    d = {"job": job, "queries": {"source": "recording", "dirs": [seen]}, "seconds": 0.1, "start": 0.0, "end": 10.0,
+         "duration_s": 10.0, "ranks": 2, "gpus": 1, "nodes": 1, "notes": [title], "findings": [finding]}
+    out = report.text(d, width)
+    _only_layout_newlines(out)
+    md = report.markdown(d)
+    _only_layout_newlines(md)
+    allowed = {"h1", "h2", "p", "blockquote", "table", "thead", "tbody", "tr", "th", "td", "ul", "li", "strong", "pre",
+               "code"}
+    assert {t.lstrip("/") for t in _tags(_MD.render(md))} <= allowed
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(ANY, min_size=1, max_size=3), st.integers(20, 120))
+def test_tables_and_paragraphs_in_the_terminal_hold_no_control_character_but_their_newlines(cells, width):
+    from io import StringIO
+
+    from rich.console import Console
+
+    from otel_gpu.terminal import Col, FitTable, hang
+
+    buf = StringIO()
+    con = Console(file=buf, width=width, force_terminal=False, color_system=None)
+    con.print(FitTable(cells[0], [Col(c, text=True) for c in cells], [cells, cells[::-1]]))
+    hang(con, cells[-1], " ".join(cells))
+    hang(con, "[bold]x[/bold] ", markup(cells[0]), markup=True)
+    _only_layout_newlines(buf.getvalue())
