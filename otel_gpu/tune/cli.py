@@ -22,6 +22,17 @@ from ..values import bounded_int, flag_type, number, positive_float, url_type
 RUNNING_HELP = "time each trial may run before its whole process group is killed (seconds)"
 
 
+def study_name(text: str) -> str:
+    """argparse type: a study name, which also names its folder under otel-gpu-tune/: one safe
+    folder-name component (the job-name folder rule, `identity.job_folder_name`), else refused."""
+    from ..identity import job_folder_name
+
+    if job_folder_name(text) != text:
+        raise argparse.ArgumentTypeError(f"{text!r}: a study name names a folder under otel-gpu-tune/; use letters, "
+                                         "digits, '_', '.' and '-' (not first: '.' or '-')")
+    return text
+
+
 def register(sub) -> None:
     p = sub.add_parser("tune", help="tune DeepSpeed ZeRO-3 settings by running trials of your launch command",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -32,7 +43,8 @@ def register(sub) -> None:
                                                                        "recording, or with --no-instrument from the training log)")
     p.add_argument("--trial-timeout", type=positive_float(hi=30 * 86400.0), default=3600.0, metavar="SECONDS", help=RUNNING_HELP + " (default 3600)")
     p.add_argument("--study", metavar="PATH|URL", help="SQLite file or RDB URL shared by workers (default <out>/study.db)")
-    p.add_argument("--study-name", help="study name within the storage (default: the base config's file name)")
+    p.add_argument("--study-name", type=study_name, help="study name within the storage (default: the base config's "
+                                                           "file name); letters, digits, '_', '.', '-'")
     p.add_argument("--space", type=Path, metavar="YAML", help="narrow, fix, drop or extend the search space")
     p.add_argument("--out", type=Path, help="results folder (default otel-gpu-tune/<study name>)")
     g = p.add_argument_group("\"auto\" values (resolved as the Hugging Face Trainer does)")
@@ -91,8 +103,10 @@ def _settings(args):
     from .study import Settings, default_study_name, storage_url
     from .trial import check_template
 
-    if not args.base_config.is_file():
+    if not args.base_config.exists():   # a pipe (`<(cat f)`) is read like a file
         raise UsageError(f"--base-config {args.base_config}: no such file")
+    if args.base_config.is_dir():
+        raise UsageError(f"--base-config {args.base_config}: a folder, not a file")
     if not args.report_only:
         if not args.command:
             raise UsageError("--command is required (the launch command, with {config})")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import errors, output
+from ..read_bounded import read_bytes
 from ..words import count
 from .space import MICRO_BATCH, ZERO, Space, get_path, normalize
 
@@ -47,21 +48,35 @@ class Facts:
     precision: str | None = None         # "fp32" | "fp16" | "bf16"
 
 
-def read_config(path: str | Path) -> dict:
-    path = Path(path)
+MAX_CONFIG_BYTES = 4 << 20   # a DeepSpeed or model config file
+
+
+def read_config_bytes(path: str | Path) -> bytes:
+    """A config file's bytes, read once (it may be a pipe: `<(cat f)`), at most MAX_CONFIG_BYTES;
+    ConfigError (one line) when it cannot be read, is larger, or a FIFO nobody writes to."""
     try:
-        text = path.read_text()
+        return read_bytes(path, MAX_CONFIG_BYTES)
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def parse_config(raw: bytes, path: str | Path) -> dict:
+    """A config file's bytes as a JSON object; ConfigError (one line) otherwise."""
+    try:
+        config = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
-    try:
-        config = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: not read: values nested too deep") from None
     if not isinstance(config, dict):
         raise ConfigError(f"{path}: expected a JSON object")
     return config
+
+
+def read_config(path: str | Path) -> dict:
+    return parse_config(read_config_bytes(path), path)
 
 
 def hidden_size_from_model(model_dir: str | Path) -> int:

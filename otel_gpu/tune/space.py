@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .. import errors
+from ..read_bounded import read_text
 from ..words import noun
 
 ZERO = "zero_optimization"
@@ -194,11 +195,14 @@ def get_path(config: Mapping, path: tuple[str, ...]) -> Any:
 
 # ---- the space file --------------------------------------------------------------------------
 
+MAX_SPACE_BYTES = 1 << 20   # a space file
+
+
 def load_space(path: str | Path) -> Space:
     """Read a space file (.yaml/.yml or .json); SpaceError names the problem."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_text(path, MAX_SPACE_BYTES)
     except OSError as exc:
         raise SpaceError(f"cannot read space file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -209,6 +213,8 @@ def load_space(path: str | Path) -> Space:
         else:
             import yaml
             doc = yaml.safe_load(text)
+    except RecursionError:
+        raise SpaceError(f"space file {path}: not read: values nested too deep") from None
     except Exception as exc:  # yaml/json parse errors come in many classes
         raise SpaceError(f"space file {path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: "
                          f"{' '.join(str(exc).split())[:200]}") from None

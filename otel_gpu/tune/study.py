@@ -100,8 +100,8 @@ class Tuner:
     # ---- set-up -----------------------------------------------------------------------------------
     def prepare(self) -> None:
         s = self.s
-        raw = s.base_config.read_bytes()
-        base = C.read_config(s.base_config)
+        raw = C.read_config_bytes(s.base_config)   # once: it may be a pipe
+        base = C.parse_config(raw, s.base_config)
         if (base.get("zero_optimization") or {}).get("stage") != 3:
             raise TuneError(f"{s.base_config}: zero_optimization.stage is not 3; this tuner tunes ZeRO stage 3")
         facts, notes = C.with_defaults(base, s.facts)

@@ -67,10 +67,44 @@ class TrialRun:
 
 
 def render_command(template: str, config_path: Path, trial_dir: Path, number: int, trial_id: str) -> str:
-    """Fill `{config}`, `{trial_dir}`, `{trial}` (number) and `{trial_id}` (shell-quoted) in `template`."""
-    values = {"config": shlex.quote(str(config_path)), "trial_dir": shlex.quote(str(trial_dir)),
-              "trial": str(number), "trial_id": shlex.quote(trial_id)}
-    return re.sub(r"\{(config|trial_dir|trial|trial_id)\}", lambda m: values[m.group(1)], template)
+    """Fill `{config}`, `{trial_dir}`, `{trial}` (number) and `{trial_id}` in `template`, each quoted
+    for where it stands: outside quotes, inside the user's own "..." or '...' (`fill_quoted`)."""
+    values = {"config": str(config_path), "trial_dir": str(trial_dir), "trial": str(number), "trial_id": trial_id}
+    return fill_quoted(template, values)
+
+
+_PLACEHOLDER = re.compile(r"\{(config|trial_dir|trial|trial_id)\}")
+
+
+def fill_quoted(template: str, values: dict[str, str]) -> str:
+    """`template` (POSIX shell) with each `{name}` of `values` replaced so that the shell reads
+    exactly the value there: shell-quoted outside quotes; inside double quotes with `\\`, `"`, `$`
+    and `` ` `` escaped; inside single quotes with each `'` as `'\\''` (pure)."""
+    out, i, state = [], 0, ""   # state: "" outside quotes, "'" or '"' inside them
+    while i < len(template):
+        m = _PLACEHOLDER.match(template, i)
+        if m is not None:
+            value = values[m.group(1)]
+            if state == "":
+                out.append(shlex.quote(value))
+            elif state == '"':
+                out.append(re.sub(r'([\\"$`])', r"\\\1", value))
+            else:
+                out.append(value.replace("'", "'\\''"))
+            i = m.end()
+            continue
+        c = template[i]
+        out.append(c)
+        if c == "\\" and state != "'" and i + 1 < len(template):   # an escaped character: taken as it is
+            out.append(template[i + 1])
+            i += 2
+            continue
+        if state == "" and c in "'\"":
+            state = c
+        elif c == state:
+            state = ""
+        i += 1
+    return "".join(out)
 
 
 def check_template(template: str) -> str | None:
