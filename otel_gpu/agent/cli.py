@@ -87,7 +87,8 @@ def agent_config(args, env: Mapping[str, str], stdout_is_tty: bool) -> AgentConf
         if not Path(root).is_dir():
             raise UsageError(f"{flag} {root!r}: not a directory")
     node = NodeConfig(proc_root=args.proc_root, sys_root=args.sys_root, checkpoint_dirs=dirs,
-                      process_patterns=patterns, fake_gpus=fake_gpus, gpus=not args.no_gpu, interval_s=interval_s)
+                      process_patterns=patterns, fake_gpus=fake_gpus, gpus=not args.no_gpu, interval_s=interval_s,
+                      job_pid=getattr(args, "parent_pid", None))
     return AgentConfig(node, interval_s, otlp, port, env.get("OTELGPU_PROMETHEUS_HOST", "127.0.0.1"), live,
                        getattr(args, "parent_pid", None))
 
@@ -106,7 +107,8 @@ def register(sub) -> None:
     p.add_argument("--proc-root", default="/proc", help="where the host's /proc is mounted (containers)")
     p.add_argument("--sys-root", default="/sys", help="where the host's /sys is mounted (containers)")
     p.add_argument("--parent-pid", type=bounded_int(1, MAX_PID), default=None, metavar="PID",
-                   help="stop (flushing as on SIGTERM) when process PID ends or is no longer the parent")
+                   help="stop (flushing as on SIGTERM) when process PID ends or is no longer the parent; the "
+                        "processes PID starts (but otel-gpu's own) are the job's: their CPU, memory and I/O are read")
     p.add_argument("--once", action="store_true", help="take one snapshot and exit")
     p.add_argument("--json", action="store_true", help="with --once: print the snapshot as JSON")
     p.set_defaults(func=run_agent)

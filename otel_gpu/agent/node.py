@@ -17,6 +17,7 @@ class NodeConfig:
     fake_gpus: int = 0                       # > 0: a fake NVML with that many Hopper GPUs
     gpus: bool = True
     interval_s: float = 1.0                  # the sampling interval (s): GPM spaces its samples by it
+    job_pid: int | None = None               # the processes below it are the job's (`otel-gpu run`/`tune` pass theirs)
 
 
 @dataclass
@@ -47,6 +48,7 @@ def build_node(config: NodeConfig) -> Node:
     from ..sources.infiniband import InfinibandSource
     from ..sources.net import NetSource
     from ..sources.process import PidFinder, ProcessSource
+    from ..sources.proctree import TreeFinder
 
     node = Node(sources=[])
     if config.gpus:
@@ -68,12 +70,19 @@ def build_node(config: NodeConfig) -> Node:
     gpu = node.gpu
     named = PidFinder(config.process_patterns, proc_root=config.proc_root) if config.process_patterns else None
 
-    def training_pids() -> set[int]:
+    def watched() -> set[int]:
         """Processes on a GPU, plus those the user named (rescanned at most every 5 s)."""
         pids = set(gpu.gpu_pids()) if gpu is not None else set()
         if named is not None:
             pids |= set(named())
         return pids
+
+    below = TreeFinder(watched, config.job_pid, proc_root=config.proc_root)
+
+    def training_pids() -> set[int]:
+        """Those, the processes they started (a rank's DataLoader workers) and the job's own below
+        `job_pid`: the job's processes, whose CPU the input rule judges."""
+        return watched() | below()
 
     node.sources.append(ProcessSource(training_pids, proc_root=config.proc_root))
     return node

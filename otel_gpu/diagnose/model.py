@@ -95,6 +95,8 @@ class NodeStats:
     link_limit_Bps: float | None = None   # the node's port speeds, per direction
     link_kind: str = ""                   # "infiniband" | "ethernet"
     disk_write_Bps: float | None = None
+    job_cpu: float | None = None          # the job's processes' CPU (ranks, their DataLoader workers), mean, in CPUs
+    cpus: float | None = None             # logical CPUs of the node
 
 
 @dataclass

@@ -159,7 +159,7 @@ def node_stats(host: str, v: dict[str, Any]) -> NodeStats:
         swap_pages_per_s=v.get("swap_rate"), nic_errors=v.get("nic_errors"), ib_errors=v.get("ib_errors"),
         link_Bps=v.get("ib_rate") if kind == "infiniband" else v.get("eth_rate"),
         link_limit_Bps=ib if kind == "infiniband" else v.get("eth_limit"), link_kind=kind,
-        disk_write_Bps=v.get("disk_write"))
+        disk_write_Bps=v.get("disk_write"), job_cpu=v.get("job_cpu"), cpus=v.get("cpus"))
 
 
 def parse_timeline(result: list[Series], start: float, end: float, step: float, ranks: int = 1) -> Timeline:

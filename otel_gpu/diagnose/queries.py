@@ -224,6 +224,11 @@ def node_summary(agent_sel: str, w: float) -> str:
         "eth_rate": f"max {h} (sum by ({NODE_BY}, network_io_direction) (rate({eth_io}[{W}])))",
         "eth_limit": f"sum {h} (max by ({NODE_BY}, network_interface_name) (max_over_time({selector(limit, agent_sel, network_interface_name=VIRTUAL_IFACES)}[{W}])))",
         "disk_write": f"sum {h} (rate({selector(N.DISK_IO, agent_sel, disk_io_direction='write')}[{W}]))",
+        # the processes the agent reads (the job's: on a GPU, started by them, or below `otel-gpu run`):
+        # their summed CPU at each reading, averaged over the window (in CPUs)
+        "job_cpu": f"sum {h} (sum_over_time({selector(N.PROCESS_CPU_UTILIZATION, agent_sel)}[{W}])) / "
+                   f"max {h} (count_over_time({selector(N.PROCESS_CPU_UTILIZATION, agent_sel)}[{W}]))",
+        "cpus": f"max {h} (max_over_time({selector(N.CPU_COUNT, agent_sel)}[{W}]))",
     })
 
 

@@ -134,20 +134,7 @@ def input_bound(w: Window, th: Thresholds) -> list[Finding]:
     if share < t["share_warning"] * 0.5:
         return []
     waited = sum(share * w.rank_wall_s(r) for r in w.ranks)
-    cpus = [n.cpu_busy for n in w.nodes if n.cpu_busy is not None]
-    cpu = max(cpus) if cpus else None
-    if cpu is None:
-        see = ("" if w.agent else "; record without `--no-agent` to see the host CPU" if w.source == "recording"
-               else "; run the otel-gpu agent to see the CPU")
-        cpu_text, action = "host CPU not measured", ("more DataLoader workers (num_workers), pin_memory=True, "
-                                                      "prefetch_factor" + see)
-    elif cpu >= t["cpu_saturated"]:
-        cpu_text = f"host CPU saturated ({fmt.pct(cpu)} busy on the busiest node)"
-        action = ("the loader is starved of CPU: move decoding/augmentation off the critical path "
-                  "(pre-process offline, GPU decoding such as DALI), fewer ranks or workers per core")
-    else:
-        cpu_text = f"host CPU has capacity ({fmt.pct(cpu)} busy on the busiest node)"
-        action = "more DataLoader workers (num_workers), pin_memory=True, a larger prefetch_factor, persistent_workers=True"
+    cpu_text, action, cpu = _job_cpu(w, t["cpu_saturated"])
     mask = ts.phase_mask(w.timeline, "data_wait", 0.5)
     gpu = ""
     if any(mask):
@@ -172,8 +159,37 @@ def input_bound(w: Window, th: Thresholds) -> list[Finding]:
               "others is a straggler) x each rank's wall time in the window",
         where={"ranks": [r.rank for r in w.ranks], "nodes": sorted({r.host for r in w.ranks})},
         evidence={"share": round(share, 4), "per_rank_share": {k: round(v, 4) for k, v in shares.items()},
-                  "cpu_busy_max": cpu, "worst_rank": worst.rank, "worst_share": round(worst_share, 4)},
+                  "job_cpu_share_max": cpu, "worst_rank": worst.rank, "worst_share": round(worst_share, 4)},
     )]
+
+
+MORE_WORKERS = "more DataLoader workers (num_workers), pin_memory=True, a larger prefetch_factor, persistent_workers=True"
+
+
+def _job_cpu(w: Window, saturated: float) -> tuple[str, str, float | None]:
+    """(what the job's own CPU use says, the advice, the largest share of a node's CPUs the job used).
+
+    The job's processes (its ranks and their DataLoader workers, as the node agent reads them) are
+    judged, never the whole host: other processes' CPU use says nothing about whether this loader
+    waits on CPU work. At or above `saturated` of a node's CPUs the loader is starved of CPU; below it
+    the job leaves CPUs unused and more workers can overlap the wait (a loader that sleeps or waits on
+    I/O uses little CPU). Where the host is busier than the job, that is said, not judged."""
+    used = [(n, n.job_cpu / n.cpus) for n in w.nodes if n.job_cpu is not None and n.cpus]
+    if not used:
+        why = ("no per-process CPU of the job's processes was read" if w.agent is not False
+               else "no node agent ran" + ("; record without `--no-agent`" if w.source == "recording" else ""))
+        return (f"the job's CPU use not checked: {why}",
+                MORE_WORKERS + " (whether the job's processes leave CPUs free was not checked)", None)
+    node, share = max(used, key=lambda x: x[1])
+    own = f"the job's processes (ranks and DataLoader workers) used {node.job_cpu:.2f} of {node.cpus:.0f} CPUs " \
+          f"({fmt.pct(share)}) on {node.host}"
+    if node.cpu_busy is not None and node.cpu_busy - share >= 0.2:
+        own += f"; the host was {fmt.pct(node.cpu_busy)} busy, the rest other processes'"
+    if share >= saturated:
+        return (own + ": the loader is starved of CPU",
+                "the loader is starved of CPU: move decoding/augmentation off the critical path (pre-process offline, "
+                "GPU decoding such as DALI), fewer ranks or workers per core", share)
+    return own + ": CPUs left for the loader", MORE_WORKERS, share
 
 
 def epoch_boundaries(w: Window, th: Thresholds) -> list[Finding]:

@@ -50,7 +50,8 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
     "input": {
         "share_warning": (0.05, "data-wait share of the ranks' wall time reported as a warning"),
         "share_critical": (0.20, "... and as critical"),
-        "cpu_saturated": (0.85, "mean host CPU busy share at or above this: CPU saturated"),
+        "cpu_saturated": (0.85, "the job's processes' CPU (ranks and DataLoader workers) at or above this share of "
+                                "a node's CPUs: the loader is starved of CPU"),
     },
     "unphased": {
         "share_min": (0.1, "step time outside every phase at or above this share on every rank is reported"),

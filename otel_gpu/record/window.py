@@ -176,6 +176,11 @@ def nodes_of(rec: Recording, start: float, end: float) -> list[NodeStats]:
         hosts[h]["eth_limit"] = limits(ss, lambda s: (s.get(N.IFACE),))
     for h, ss in per_host(N.DISK_IO, lambda s: s.get(N.DISK_DIRECTION) == "write").items():
         hosts[h]["disk_write"] = _agg((st.rate for _, st in ss), sum)
+    for h, ss in per_host(N.PROCESS_CPU_UTILIZATION).items():   # the job's processes, summed per reading (CPUs)
+        readings = max(st.n for _, st in ss)
+        hosts[h]["job_cpu"] = sum(st.mean * st.n for _, st in ss) / readings if readings else None
+    for h, ss in per_host(N.CPU_COUNT).items():
+        hosts[h]["cpus"] = max(st.max for _, st in ss)
     return [node_stats(h, v) for h, v in sorted(hosts.items())]
 
 

@@ -81,4 +81,4 @@ def test_advice_never_asks_for_what_already_ran():
     with_loader = window(ranks=[rank(0, data_wait=30)])
     with_loader.source, with_loader.agent = "recording", True
     f = input_bound(with_loader, TH)[0]
-    assert "host CPU not measured" in f.seen and "agent" not in f.action
+    assert "the job's CPU use not checked" in f.seen and "agent" not in f.action

@@ -11,7 +11,7 @@ from otel_gpu.diagnose.findings import Finding, rank_findings
 from otel_gpu.diagnose.periodic import periodic_stalls
 from otel_gpu.diagnose.profiles import from_samples
 from otel_gpu.diagnose.rules_gpu import memory_pressure, sm_idle, throttling
-from otel_gpu.diagnose.rules_train import checkpoint, input_bound
+from otel_gpu.diagnose.rules_train import MORE_WORKERS, checkpoint, input_bound
 from otel_gpu.diagnose.straggler import straggler
 from otel_gpu.diagnose.thresholds import Thresholds
 from otel_gpu.diagnose.window import Timeline
@@ -115,15 +115,40 @@ def test_checkpoint_saves_from_the_timeline_and_advice():
 
 # ---- input-bound -----------------------------------------------------------------------------
 
-def test_input_bound_cpu_saturated_or_not():
+def test_input_bound_judged_by_the_jobs_own_cpu():
     ranks = [rank(0, data_wait=30.0), rank(1, data_wait=24.0)]
-    f = only(input_bound(window(ranks=ranks, nodes=[node(cpu_busy=0.95)]), TH))
+    f = only(input_bound(window(ranks=ranks, nodes=[node(cpu_busy=0.97, job_cpu=1.9, cpus=2)]), TH))
     assert f.lost_share == pytest.approx(24 / 120) and f.severity == "critical"   # what every rank pays
     assert f.lost_s == pytest.approx(0.2 * 240)
-    assert "saturated" in f.seen and f.evidence["worst_rank"] == "0"
-    f = only(input_bound(window(ranks=ranks, nodes=[node(cpu_busy=0.3)]), TH))
-    assert "has capacity" in f.seen and "num_workers" in f.action
+    assert "used 1.90 of 2 CPUs (95.0%)" in f.seen and "starved" in f.action and f.evidence["worst_rank"] == "0"
+    f = only(input_bound(window(ranks=ranks, nodes=[node(cpu_busy=0.3, job_cpu=0.6, cpus=2)]), TH))
+    assert "CPUs left for the loader" in f.seen and f.action == MORE_WORKERS
     assert input_bound(window(ranks=[rank(0, data_wait=0.5)]), TH) == []
+
+
+def test_other_processes_cpu_never_flips_the_input_advice():
+    """The loader sleeps and the job uses a third of a core; other processes keep the host 95%, 81% or 20%
+    busy: the same advice every time (the host's CPU was judged before: fewer workers at 95%, more at 81%)."""
+    ranks = [rank(0, data_wait=60.0)]
+    advice = set()
+    for host in (0.95, 0.81, 0.2):
+        f = only(input_bound(window(ranks=ranks, nodes=[node(cpu_busy=host, job_cpu=0.33, cpus=2)]), TH))
+        advice.add(f.action)
+        assert "0.33 of 2 CPUs" in f.seen and f.evidence["job_cpu_share_max"] == pytest.approx(0.165)
+        assert ("the rest other processes'" in f.seen) == (host >= 0.365), f.seen
+    assert advice == {MORE_WORKERS}
+    # several nodes: the node where the job uses the largest share of the CPUs is judged
+    f = only(input_bound(window(ranks=ranks, nodes=[node("n0", cpu_busy=0.2, job_cpu=3.8, cpus=4),
+                                                    node("n1", cpu_busy=0.99, job_cpu=0.2, cpus=4)]), TH))
+    assert "on n0" in f.seen and "starved" in f.action
+
+
+def test_input_cpu_not_checked_without_the_jobs_processes():
+    ranks = [rank(0, data_wait=60.0)]
+    for nodes in ([node(cpu_busy=0.95)], [node(cpu_busy=0.1)], []):   # host CPU only, or nothing
+        f = only(input_bound(window(ranks=ranks, nodes=nodes), TH))
+        assert "the job's CPU use not checked" in f.seen and "starved" not in f.action
+        assert f.action.startswith(MORE_WORKERS) and "not checked" in f.action and f.evidence["job_cpu_share_max"] is None
 
 
 def test_one_slow_loader_is_not_input_bound_for_the_job():

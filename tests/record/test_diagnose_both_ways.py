@@ -55,6 +55,10 @@ def test_recorded_and_prometheus_findings_agree(victoriametrics, tmp_path):
     for a, b in zip(w.gpus, s.gpus):
         for key in ("util", "sm", "tensor", "dram", "occupancy"):
             assert getattr(a, key) is not None and getattr(a, key) == pytest.approx(getattr(b, key), abs=0.03), key
+    # the job's own processes' CPU (the input rule's evidence): the rank, its workers, torchrun
+    (a,), (b,) = w.nodes, s.nodes
+    assert a.cpus == b.cpus and a.cpus >= 1 and a.job_cpu is not None and b.job_cpu is not None, (a, b)
+    assert 0 < a.job_cpu == pytest.approx(b.job_cpu, abs=0.05), (a.job_cpu, b.job_cpu)
     for f, g in zip(recorded.findings, served.findings):
         if f.lost_share is not None and g.lost_share is not None:
             assert f.lost_share == pytest.approx(g.lost_share, abs=0.03), (f.rule, f.lost_share, g.lost_share)
