@@ -17,7 +17,7 @@ import numpy as np
 from ..safe_text import no_surrogates
 from ..words import count
 from .gz import READ_ERRORS, open_text
-from .intake import JSON_BACKEND, TIME_LIMIT_US, Collector, decode_piece  # noqa: F401 (re-exported)
+from .intake import JSON_BACKEND, NOT_OBJECT, TIME_LIMIT_US, Collector, decode_piece  # noqa: F401 (re-exported)
 
 CHUNK_CHARS = 1 << 19  # characters of text per read: 512 Ki (larger chunks read a third slower: the decoded
 # batch no longer fits the CPU caches; 4 Mi took 240 ms for a 120k-event file, 512 Ki 170 ms)
@@ -25,6 +25,7 @@ _WS = " \t\r\n"
 _NUMBER_TAIL = frozenset("0123456789.eE+-")
 _RANK_RE = re.compile(r'"rank":[^\S\n]+(\d+)')  # HTA's rank detection: first match, one line
 MAX_RANK = 1 << 24
+MAX_NOT_OBJECT = 1000   # traceEvents elements that are not objects before the file is refused (a profiler writes none)
 _MAX_INT_DIGITS = 40
 
 
@@ -267,8 +268,12 @@ def _read_array(text: _Text, col: Collector) -> None:
         text.pos += 1
         return
     add = col.add
+    dropped = col.dropped
     single = 0  # events left to decode one by one after a failed batch
     while True:
+        if dropped.get(NOT_OBJECT, 0) > MAX_NOT_OBJECT:   # what is decoded one by one is slow: refused early
+            raise text.error(f"'traceEvents' holds more than {MAX_NOT_OBJECT:,} elements that are not objects: "
+                             "not a PyTorch profiler trace")
         if single <= 0:
             if _batch(text, col):
                 continue
@@ -382,4 +387,3 @@ def _finish(path: str, rank: int, col: Collector, meta: dict) -> RankEvents:
         thread=_downcast_int(np.frombuffer(col.thread, dtype=np.int32)),
         threads=list(col.threads), sync_args=_kept_sync(col),
     )
-
