@@ -107,10 +107,16 @@ def handler_dump(c10d, name: str = "dump_nccl_trace_json") -> Callable[[], str |
 
 def find_dump(c10d) -> tuple[Callable[[], str | bytes] | None, str]:
     """(a call returning one dump of the NCCL Flight Recorder, how) for this torch; (None, why) without one.
-    The handler's defaults are what we want: every collective, no stack traces."""
+    The handler's defaults are what we want: every collective, no stack traces. The handler is tried once:
+    on some torch builds (2.11 on an H100/H200) calling it from Python fails (pybind11 cannot return our
+    Request's parameters to C++), and the plain binding serves instead."""
     dump = handler_dump(c10d)
     if dump is not None:
-        return dump, "control-plane handler dump_nccl_trace_json (GIL released)"
+        try:
+            dump()
+            return dump, "control-plane handler dump_nccl_trace_json (GIL released)"
+        except Exception as exc:   # an unknown torch: the bindings below still dump
+            log.debug("otel-gpu: the Flight Recorder handler cannot be called from Python here: %r", exc)
     if hasattr(c10d, "_dump_nccl_trace_json"):
         return (lambda: c10d._dump_nccl_trace_json(includeCollectives=True, onlyActive=False),
                 "_dump_nccl_trace_json (holds the GIL while it dumps)")
