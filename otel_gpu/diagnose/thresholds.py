@@ -75,11 +75,6 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
         "share_critical": (0.3, "... and as critical"),
         "activity_drop": (0.3, "GPU activity during eval this much below training: a drop"),
     },
-    "comm": {
-        "wait_share_warning": (0.2, "share of step time every rank is blocked in collectives (or, without that "
-                                    "metric, of training-thread profile samples in communication): warning"),
-        "wait_share_critical": (0.4, "... critical"),
-        "link_busy": (0.6, "interconnect throughput / link limit above this: bandwidth-bound"),
     "stall": {
         "step_factor": (10, "no step on any rank for this many times the job's median step ..."),
         "min_s": (120, "... and for at least this many seconds, while the ranks still export: the job is stalled"),
@@ -90,6 +85,11 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
         "outside_share": (0.75, "every rank spent this share of the last minute (or of the stall, if shorter) in "
                                 "checkpoint or eval: a save or an evaluation, not a stall"),
     },
+    "comm": {
+        "wait_share_warning": (0.2, "share of step time every rank is blocked in collectives (or, without that "
+                                    "metric, of training-thread profile samples in communication): warning"),
+        "wait_share_critical": (0.4, "... critical"),
+        "link_busy": (0.6, "interconnect throughput / link limit above this: bandwidth-bound"),
     },
 }
 

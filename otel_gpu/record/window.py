@@ -53,11 +53,11 @@ def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
     ckpt = _group(rec.summaries(N.TRAIN_CHECKPOINTS.name, start, end), by)
     unmeasured = _group(rec.summaries(N.TRAIN_COLLECTIVE_UNMEASURED.name, start, end), by)
     save_ranges = save_ranges_of(rec, start, end) if ckpt else {}
+    stall = stall_inputs_of(rec, start, end)
     out = []
     for key, ss in steps.items():
         host, rank = key
         ph: dict[str, float] = defaultdict(float)
-    stall = stall_inputs_of(rec, start, end)
         for s, st in phases.get(key, []):
             ph[s.get(N.PHASE)] += st.last
         first = min(st.first_t for _, st in ss)
