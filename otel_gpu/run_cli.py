@@ -48,6 +48,8 @@ def register(sub) -> None:
     p.add_argument("--no-live", action="store_true", help="when recording: print no findings while the job runs "
                                                           "(by default a finding that appears, changes or clears "
                                                           "is one line on stderr, at most 6 a minute)")
+    p.add_argument("--thresholds", metavar="FILE", help="threshold overrides (.toml, .yaml, as `otel-gpu diagnose "
+                                                        "--thresholds`) for the findings while the job runs")
     p.add_argument("--agent", action="store_true", help="also run the node agent (`otel-gpu agent`) for the command's "
                                                         "lifetime (always, when recording)")
     p.add_argument("--no-agent", action="store_true", help="when recording: do not start the node agent")
@@ -119,6 +121,13 @@ def _run(args, latch: children.SignalLatch) -> int:
         raise UsageError(f"command not found: {command[0]}")
     if args.record and args.no_record:
         raise UsageError("give either --record or --no-record, not both")
+    if args.thresholds:   # a bad file is exit 2 now, not a silent watcher later
+        from .diagnose.thresholds import ThresholdError, load_thresholds
+        try:
+            load_thresholds(args.thresholds)
+        except ThresholdError as exc:
+            raise UsageError(str(exc)) from None
+        args.thresholds = os.path.abspath(args.thresholds)
     record = bool(args.record or (not args.no_record and _record_by_default(os.environ, args.pyroscope)))
     start_agent = args.agent or (record and not args.no_agent)
     from .settings_check import check_run_environment   # every OTELGPU_* value the ranks read: exit 2 now
@@ -149,7 +158,8 @@ def _run(args, latch: children.SignalLatch) -> int:
     live = None
     if recorded is not None and proc is not None and not args.no_live:
         from .run_live import LiveFindings
-        live = LiveFindings(recorded.directory, _own_env(env)).start()
+        live = LiveFindings(recorded.directory, _own_env(env), thresholds=args.thresholds,
+                            on_stall=lambda e: _stall_stacks(recorded.stacks_dir)).start()
     warm = None
     if recorded is not None and not args.no_report and proc is not None:
         # import the report's code while the command runs; started after the children, so no fork (and its
@@ -201,6 +211,16 @@ def _wait(proc: subprocess.Popen, latch: children.SignalLatch, grace_s: float, t
                   + (f" with {_processes(n - 1)} it started" if n > 1 else ""), file=sys.stderr, flush=True)
 
 
+def _stall_stacks(directory: Path) -> None:
+    """The job stalled: every rank's Python stacks into `directory`, named in one line (we never stop the job)."""
+    from .record.session import relative
+    from .stacks import request_stacks
+    files = request_stacks(directory)
+    where = f"the Python stacks of {words.count(len(files), 'rank')} in {relative(directory)}" if files else \
+        "no rank answered the request for its Python stacks"
+    print(f"otel-gpu run: the job is stalled (it keeps running; Ctrl-C ends it): {where}", file=sys.stderr, flush=True)
+
+
 def _processes(n: int) -> str:
     return words.count(n, "process")
 
@@ -242,6 +262,8 @@ def _finish_recording(recorded, status: int, report: bool) -> int:
     except RecordingDiskFull as exc:   # the command ran unaffected: a failure of its own wins
         print(f"otel-gpu run: {exc}", file=sys.stderr, flush=True)
         return status or 1
+    for line in recorded.forward_notes():   # a server the data went on to failed: one line each, what and why
+        print(f"otel-gpu run: {line}", file=sys.stderr, flush=True)
     if not report:
         print(f"otel-gpu run: recorded {relative(recorded.directory)}", file=sys.stderr)
         return status

@@ -3,8 +3,9 @@
 A child process (`otel-gpu diagnose --watch RUN_DIR --json -`, at a lower CPU priority: it never
 competes with the job or with the receiver that writes the recording) evaluates the rules every
 `every_s` seconds over the last `last_s`; this side reads its events, prints one line each (at most
-`MAX_PER_MINUTE` a minute; the rest are counted and said once) and, when a stall appears, asks the
-ranks for their Python stacks (`on_stall`). Its status lines go to `watch.log` in the run folder.
+`MAX_PER_MINUTE` a minute; the rest are counted and said once), keeps every event in
+`live-events.jsonl` in the run folder and, when a stall appears, asks the ranks for their Python
+stacks (`on_stall`). The child's status lines go to `watch.log` there.
 """
 from __future__ import annotations
 
@@ -22,13 +23,16 @@ from . import children
 MAX_PER_MINUTE = 6
 MAX_LINE = 1 << 20      # bytes of one event line read from the child (a longer one is dropped)
 LOG = "watch.log"
+EVENTS = "live-events.jsonl"
 NICE = 10
 
 
 class LiveFindings:
     def __init__(self, run_dir: Path, env: dict[str, str], every_s: float = 10.0, last_s: float = 120.0,
-                 out: TextIO | None = None, on_stall: Callable[[dict], None] | None = None):
+                 thresholds: str | None = None, out: TextIO | None = None,
+                 on_stall: Callable[[dict], None] | None = None):
         self.run_dir, self.env, self.every_s, self.last_s = run_dir, env, every_s, last_s
+        self.thresholds = thresholds
         self.out = out or sys.stderr
         self.on_stall = on_stall
         self.proc: subprocess.Popen | None = None
@@ -41,6 +45,8 @@ class LiveFindings:
         code = (f"import os, sys; os.nice({NICE}); from otel_gpu.cli import main; sys.exit(main())")
         cmd = [sys.executable, "-c", code, "diagnose", "--watch", str(self.run_dir), "--json", "-",
                "--min-severity", "warning", "--every", f"{self.every_s:g}s", "--last", f"{self.last_s:g}s"]
+        if self.thresholds:
+            cmd += ["--thresholds", self.thresholds]
         try:
             with open(self.run_dir / LOG, "ab") as log:
                 self.proc = children.popen(cmd, env=self.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -58,17 +64,23 @@ class LiveFindings:
 
     def _read(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
-        for raw in iter(lambda: self.proc.stdout.readline(MAX_LINE), b""):
-            try:
-                e = json.loads(raw)
-            except ValueError:   # a cut line: not an event
-                continue
-            if not isinstance(e, dict) or "event" not in e:
-                continue
-            self.events.append(e)
-            self._show(e)
-            if e["event"] == "appeared" and e.get("rule") == "stall" and self.on_stall is not None:
-                self.on_stall(e)
+        with open(self.run_dir / EVENTS, "ab") as kept:
+            for raw in iter(lambda: self.proc.stdout.readline(MAX_LINE), b""):
+                try:
+                    e = json.loads(raw)
+                except ValueError:   # a cut line: not an event
+                    continue
+                if not isinstance(e, dict) or "event" not in e:
+                    continue
+                kept.write(raw if raw.endswith(b"\n") else raw + b"\n")
+                kept.flush()
+                self.events.append(e)
+                self._react(e)
+
+    def _react(self, e: dict) -> None:
+        self._show(e)
+        if e["event"] == "appeared" and e.get("rule") == "stall" and self.on_stall is not None:
+            self.on_stall(e)
 
     def _show(self, e: dict) -> None:
         from .diagnose.watch import event_line

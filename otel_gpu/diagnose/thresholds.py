@@ -32,6 +32,10 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
         "hw_slowdown_factor": (0.5, "clock factor assumed for HW slowdown when clocks are not in the data"),
         "temperature_c": (85.0, "GPU temperature (C) reported as a thermal risk"),
     },
+    "gpu_idle": {
+        "util_max": (0.05, "mean NVML utilization below this on a GPU holding a rank's memory while the rank "
+                           "completes steps: the GPU sits idle (alerts)"),
+    },
     "tensor": {
         "sm_min": (0.5, "mean GPM SM activity at or above this: SMs busy enough to judge the tensor pipes"),
         "info_max": (0.25, "tensor-pipe activity below this while SMs are busy: reported (info)"),
@@ -90,6 +94,12 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
                                     "metric, of training-thread profile samples in communication): warning"),
         "wait_share_critical": (0.4, "... critical"),
         "link_busy": (0.6, "interconnect throughput / link limit above this: bandwidth-bound"),
+    },
+    "slowdown": {
+        "share_warning": (0.25, "watching: a rank's busy time per step (or the job's step time) this share above "
+                                "the median of its earlier windows, for a third of the window: warning"),
+        "share_critical": (0.6, "... critical"),
+        "min_steps": (5, "... judged on windows holding at least this many steps"),
     },
 }
 

@@ -23,7 +23,8 @@ from .watch_state import Tracker
 
 DEFAULT_EVERY_S = 10.0
 DEFAULT_LAST_S = 120.0
-LATENCY_OFFSET = "0s"   # VictoriaMetrics hides the newest 30 s unless a query asks for them
+LATENCY_OFFSET = "1ms"   # VictoriaMetrics hides the newest 30 s unless a query asks (its least: 1 ms)
+MIN_TRAINING_S = 20.0   # the rules judge a window once it holds this much training (first seconds are noise)
 
 
 class SourceDown(RuntimeError):
@@ -126,7 +127,15 @@ class Watcher:
     seconds: float = 0.0     # wall time spent evaluating, all evaluations
 
     def step(self, now: float) -> list[dict]:
+        """Evaluate the window ending at `now` (unix s); the events decided."""
         t0 = time.perf_counter()
+        try:
+            return self._step(now)
+        finally:
+            self.evaluations += 1
+            self.seconds += time.perf_counter() - t0
+
+    def _step(self, now: float) -> list[dict]:
         try:
             w = self.source.window(now)
         except DiagnoseError as exc:
@@ -135,9 +144,11 @@ class Watcher:
         except SourceDown as exc:
             self._status("down", f"cannot read {self.source.what}: {exc}")
             return []
-        finally:
-            self.seconds += time.perf_counter() - t0
         age = data_age(w, now)
+        if w.ranks and w.training_s() < min(MIN_TRAINING_S, 0.5 * w.duration_s):
+            self._status("warming", f"warming up: {w.training_s():.0f} s of training so far; the rules judge "
+                                    f"from {MIN_TRAINING_S:.0f} s on")
+            return []
         if self.state != "ok":
             back = self.state == "down"
             self.state = "ok"
@@ -153,8 +164,6 @@ class Watcher:
             if e["event"] == "appeared" and since is not None:
                 e["step"] = self.source.step_at(since)
             self.emit(e)
-        self.evaluations += 1
-        self.seconds += time.perf_counter() - t0
         return events
 
     def _status(self, state: str, line: str) -> None:

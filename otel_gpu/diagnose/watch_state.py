@@ -2,7 +2,8 @@
 
 Each evaluation hands `Tracker.update` the findings of the window that ends now. A finding is
 known by its rule and its subject (`finding_key`). It *appears* once it has been seen in
-`confirm` evaluations in a row; its severity goes *up* at once and *down* only after the lower
+`confirm` evaluations in a row spanning at least `confirm_s` seconds (ranks sharing CPUs drift
+apart for seconds at a time: that is not a straggler); its severity goes *up* at once and *down* only after the lower
 severity has held for `hold_s`; it *clears* only after it has not been seen for `hold_s` seconds.
 So a condition that comes and goes inside the hold time is one open finding, not a line every
 evaluation, and nothing is said twice.
@@ -18,6 +19,7 @@ from .findings import SEVERITIES
 EVENTS = ("appeared", "changed", "cleared")
 DEFAULT_HOLD_S = 60.0    # a finding clears (or lowers its severity) after this long without it (seconds)
 DEFAULT_CONFIRM = 2      # evaluations in a row before a finding appears
+DEFAULT_CONFIRM_S = 15.0  # ... spanning at least this many seconds
 RANK = {s: i for i, s in enumerate(reversed(SEVERITIES))}   # info 0 < warning 1 < critical 2
 _NUMBERS = re.compile(r"[-+]?\d[\d,.]*%?")
 
@@ -51,6 +53,7 @@ class _Pending:
 class Tracker:
     hold_s: float = DEFAULT_HOLD_S
     confirm: int = DEFAULT_CONFIRM
+    confirm_s: float = DEFAULT_CONFIRM_S
     min_severity: str = "info"     # findings below this are not watched
     open: dict[tuple, _Open] = field(default_factory=dict)
     pending: dict[tuple, _Pending] = field(default_factory=dict)
@@ -58,8 +61,8 @@ class Tracker:
     def __post_init__(self):
         if self.min_severity not in RANK:
             raise ValueError(f"severity {self.min_severity!r} not in {SEVERITIES}")
-        if not self.hold_s >= 0 or self.confirm < 1:
-            raise ValueError("hold_s must be >= 0 and confirm >= 1")
+        if not (self.hold_s >= 0 and self.confirm_s >= 0) or self.confirm < 1:
+            raise ValueError("hold_s and confirm_s must be >= 0, confirm >= 1")
 
     def update(self, t: float, findings: Iterable[Mapping[str, Any]]) -> list[dict]:
         """The events decided at `t` (unix s) from this evaluation's findings (`Finding.as_dict()`s);
@@ -81,7 +84,7 @@ class Tracker:
                 p = self.pending[k] = _Pending(f, t, 0)
             p.seen += 1
             p.finding = f
-            if p.seen >= self.confirm:
+            if p.seen >= self.confirm and t - p.first_seen_t >= self.confirm_s:
                 del self.pending[k]
                 self.open[k] = _Open(f, f["severity"], t, p.first_seen_t, t)
                 events.append(_event(t, "appeared", f, first_seen_t=p.first_seen_t))

@@ -43,15 +43,19 @@ def _agg(values: Iterable[float | None], fn: Callable) -> float | None:
     return fn(vs) if vs else None
 
 
-def ranks_of(rec: Recording, start: float, end: float) -> list[RankStats]:
-    """rank_summary: per (host, rank) step counter, step-time histogram and phase counters."""
+def ranks_of(rec: Recording, start: float, end: float, rebase: bool = False) -> list[RankStats]:
+    """rank_summary: per (host, rank) step counter, step-time histogram and phase counters; `rebase`: a
+    window that starts after the run did counts what the counters counted inside it."""
     by = (N.HOST, N.RANK)
-    steps = _group(rec.summaries(N.TRAIN_STEPS.name, start, end), by)
-    hist = _group(rec.summaries(N.TRAIN_STEP_DURATION.name, start, end), by)
-    phases = _group(rec.summaries(N.TRAIN_PHASE_TIME.name, start, end), by)
-    coll = _group(rec.summaries(N.TRAIN_COLLECTIVE_TIME.name, start, end), by)
-    ckpt = _group(rec.summaries(N.TRAIN_CHECKPOINTS.name, start, end), by)
-    unmeasured = _group(rec.summaries(N.TRAIN_COLLECTIVE_UNMEASURED.name, start, end), by)
+
+    def summaries(spec):
+        return rec.summaries(spec.name, start, end, rebase=rebase)
+    steps = _group(summaries(N.TRAIN_STEPS), by)
+    hist = _group(summaries(N.TRAIN_STEP_DURATION), by)
+    phases = _group(summaries(N.TRAIN_PHASE_TIME), by)
+    coll = _group(summaries(N.TRAIN_COLLECTIVE_TIME), by)
+    ckpt = _group(summaries(N.TRAIN_CHECKPOINTS), by)
+    unmeasured = _group(summaries(N.TRAIN_COLLECTIVE_UNMEASURED), by)
     save_ranges = save_ranges_of(rec, start, end) if ckpt else {}
     stall = stall_inputs_of(rec, start, end)
     out = []
@@ -323,15 +327,20 @@ def profile_of(rec: Recording) -> P.ProfileSummary | None:
     return P.from_samples(rows) if rows else None
 
 
-def recorded_window(rec: Recording, *, require_steps: bool = True, with_profile: bool = True) -> Window:
-    """The whole recording as a diagnosis window; DiagnoseError when there is nothing to diagnose."""
+def recorded_window(rec: Recording, *, require_steps: bool = True, with_profile: bool = True,
+                    start: float | None = None, end: float | None = None) -> Window:
+    """The recording from `start` to `end` (unix s; default: the whole recording) as a diagnosis
+    window; DiagnoseError when there is nothing to diagnose."""
     span = rec.span()
     if span is None or span[1] <= span[0]:
         raise DiagnoseError(f"empty recording: no points in {', '.join(map(str, rec.dirs))}")
-    start, end = span
+    rebase = start is not None and start > span[0]
+    start, end = max(span[0], start if start is not None else span[0]), (span[1] if end is None else end)
+    if end <= start:
+        raise DiagnoseError(f"empty window: nothing recorded between {start:.0f} and {end:.0f}")
     w = Window(job=rec.job, start=start, end=end)
     w.source = "recording"
-    w.ranks = ranks_of(rec, start, end)
+    w.ranks = ranks_of(rec, start, end, rebase)
     # GPU and node numbers over training time (first step to last step), as fetch_window's queries
     w.interval_s = estimate_interval(w.ranks, [])
     w.set_training_span()

@@ -12,7 +12,7 @@ def finding(rule="straggler", severity="warning", ranks=("1",), title=None, **ex
 
 
 def test_appears_after_confirm_and_clears_after_hold():
-    tr = Tracker(hold_s=30, confirm=2)
+    tr = Tracker(hold_s=30, confirm=2, confirm_s=0)
     assert tr.update(0, [finding()]) == []                 # seen once: not yet
     (e,) = tr.update(10, [finding()])
     assert e["event"] == "appeared" and e["first_seen_t"] == 0 and e["t"] == 10
@@ -31,7 +31,7 @@ def test_numbers_in_the_title_do_not_make_a_new_finding_but_another_rank_does():
 
 
 def test_worse_at_once_better_only_after_the_hold():
-    tr = Tracker(hold_s=30, confirm=1)
+    tr = Tracker(hold_s=30, confirm=1, confirm_s=0)
     tr.update(0, [finding(severity="warning")])
     (e,) = tr.update(10, [finding(severity="critical")])
     assert (e["event"], e["severity"], e["previous_severity"]) == ("changed", "critical", "warning")
@@ -42,12 +42,12 @@ def test_worse_at_once_better_only_after_the_hold():
 
 
 def test_missing_input_notes_and_findings_below_the_minimum_are_not_watched():
-    tr = Tracker(hold_s=0, confirm=1, min_severity="warning")
+    tr = Tracker(hold_s=0, confirm=1, confirm_s=0, min_severity="warning")
     assert tr.update(0, [finding(severity="info"), finding(rule="comm", missing=["collective time"])]) == []
 
 
 def test_a_blip_shorter_than_confirm_is_never_said():
-    tr = Tracker(hold_s=0, confirm=3)
+    tr = Tracker(hold_s=0, confirm=3, confirm_s=0)
     for t in range(0, 100, 10):
         assert tr.update(t, [finding()] if t % 20 == 0 else []) == []
 
@@ -58,10 +58,16 @@ sightings = st.lists(st.tuples(st.floats(0.5, 30), st.lists(st.tuples(st.sampled
                      max_size=40)
 
 
+def test_a_drift_shorter_than_confirm_s_is_never_said():
+    tr = Tracker(hold_s=0, confirm=2, confirm_s=15)
+    assert tr.update(0, [finding()]) == [] and tr.update(3, [finding()]) == [] and tr.update(6, []) == []
+    assert [e["event"] for t in (9, 12, 15, 18, 21, 24) for e in tr.update(t, [finding()])] == ["appeared"]
+
+
 @settings(max_examples=300, deadline=None)
-@given(sightings, st.floats(0, 60), st.integers(1, 3))
-def test_events_alternate_and_clear_only_after_the_hold(steps, hold, confirm):
-    tr = Tracker(hold_s=hold, confirm=confirm)
+@given(sightings, st.floats(0, 60), st.integers(1, 3), st.floats(0, 30))
+def test_events_alternate_and_clear_only_after_the_hold(steps, hold, confirm, confirm_s):
+    tr = Tracker(hold_s=hold, confirm=confirm, confirm_s=confirm_s)
     t, open_, last_seen, shown = 0.0, set(), {}, {}
     for dt, seen in steps:
         t += dt
@@ -73,7 +79,7 @@ def test_events_alternate_and_clear_only_after_the_hold(steps, hold, confirm):
         for e in events:
             k = finding_key(e)
             if e["event"] == "appeared":
-                assert k not in open_ and k in keys
+                assert k not in open_ and k in keys and t - e["first_seen_t"] >= confirm_s - 1e-3   # times kept to ms
                 open_.add(k)
             elif e["event"] == "changed":
                 assert k in open_ and e["severity"] != e["previous_severity"] == shown[k]
