@@ -42,6 +42,8 @@ def _subcommands(first: str | None = None):
     yield diagnose_cli.register
     from .dashboards import cli as dashboards_cli
     yield dashboards_cli.register
+    from .alerts import cli as alerts_cli
+    yield alerts_cli.register
     from .report import cli as report_cli
     yield report_cli.register
 

@@ -1,4 +1,4 @@
-"""Real servers for tests: Prometheus, VictoriaMetrics and node_exporter on free loopback ports.
+"""Real servers for tests: Prometheus, VictoriaMetrics, Alertmanager and node_exporter on free loopback ports.
 
 Each server is started as a child process with its log in a file, waited on until its readiness
 endpoint answers (the log tail is shown when it does not), and stopped by PID (terminate, wait,
@@ -33,6 +33,14 @@ NODE_EXPORTER_BIN = (
     or "/usr/bin/prometheus-node-exporter"
 )
 LIGHT_COLLECTORS = ("cpu", "meminfo", "diskstats", "netdev")
+PROMETHEUS3_BIN = os.environ.get("OTELGPU_PROMETHEUS3") or str(CACHE / "prometheus3" / "usr" / "bin" / "prometheus")
+PROMTOOL3_BIN = os.environ.get("OTELGPU_PROMTOOL3") or str(CACHE / "prometheus3" / "usr" / "bin" / "promtool")
+ALERTMANAGER_BIN = (
+    os.environ.get("OTELGPU_ALERTMANAGER")
+    or shutil.which("prometheus-alertmanager")
+    or "/usr/bin/prometheus-alertmanager"
+)
+AMTOOL_BIN = os.environ.get("OTELGPU_AMTOOL") or shutil.which("amtool") or "/usr/bin/amtool"
 
 _running: set["Server"] = set()
 
@@ -324,6 +332,27 @@ class VictoriaMetrics(Server):
         r = self.get("/internal/force_flush")
         if r.status_code != 200:
             raise ServerError(f"victoria-metrics force_flush failed: HTTP {r.status_code}")
+
+
+class Alertmanager(Server):
+    """Alertmanager with ``config_yaml_text`` as its configuration, gossip off (one instance), state in tmpdir."""
+
+    name = "alertmanager"
+    ready_path = "/-/ready"
+
+    def __init__(self, config_yaml_text: str, tmpdir: str | os.PathLike, binary: str = ALERTMANAGER_BIN,
+                 port: int | None = None):
+        super().__init__(binary, tmpdir, port)
+        self.config_path = self.tmpdir / "alertmanager.yml"
+        self.config_path.write_text(config_yaml_text)
+
+    def args(self) -> list[str]:
+        return [
+            f"--config.file={self.config_path}",
+            f"--storage.path={self.tmpdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--cluster.listen-address=",
+        ]
 
 
 class NodeExporter(Server):

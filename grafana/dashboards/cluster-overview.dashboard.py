@@ -3,7 +3,8 @@
 Generate with `otel-gpu dashboards`; the JSON next to this file is what Grafana loads.
 """
 from otel_gpu.dashboards.panels import (
-    HIGH_IS_BAD, JOB, JOB_VAR, LOW_IS_BAD, NODE, NODE_VAR, Layout, dashboard, right_axis, stat, timeseries,
+    HIGH_IS_BAD, JOB, JOB_VAR, LOW_IS_BAD, NODE, NODE_VAR, Layout, alerts_annotation, dashboard, right_axis, stat,
+    timeseries,
 )
 
 RATE = "$__rate_interval"
@@ -104,4 +105,4 @@ dashboard = dashboard(
     "otelgpu-cluster", "otel-gpu / Cluster overview",
     "Per node and GPU: utilization against SM and tensor activity, interconnect and storage against "
     "their limits, CPU headroom, and step time per rank.",
-    lay, [JOB_VAR, NODE_VAR], tags=["overview"])
+    lay, [JOB_VAR, NODE_VAR], tags=["overview"], annotations=[alerts_annotation()])

@@ -3,8 +3,8 @@
 Variables: job, node, GPU (NVML index), rank. Generate with `otel-gpu dashboards`.
 """
 from otel_gpu.dashboards.panels import (
-    GPU, GPU_VAR, HIGH_IS_BAD, JOB_VAR, LOW_IS_BAD, NODE, NODE_VAR, RANK, RANK_VAR, Layout, dashboard, right_axis,
-    timeseries,
+    GPU, GPU_VAR, HIGH_IS_BAD, JOB_VAR, LOW_IS_BAD, NODE, NODE_VAR, RANK, RANK_VAR, Layout, alerts_annotation,
+    dashboard, right_axis, timeseries,
 )
 
 RATE = "$__rate_interval"
@@ -148,4 +148,4 @@ dashboard = dashboard(
     "otelgpu-node", "otel-gpu / Node and GPU detail",
     "One node: every GPU's activity, power and clocks, its links against their limits, storage, CPU, "
     "and the rank processes running there.",
-    lay, [JOB_VAR, NODE_VAR, GPU_VAR, RANK_VAR], tags=["node"])
+    lay, [JOB_VAR, NODE_VAR, GPU_VAR, RANK_VAR], tags=["node"], annotations=[alerts_annotation(NODE)])

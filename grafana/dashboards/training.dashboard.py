@@ -3,8 +3,8 @@
 Variables: job, node, rank. Checkpoint starts are annotations. Generate with `otel-gpu dashboards`.
 """
 from otel_gpu.dashboards.panels import (
-    HIGH_IS_BAD, JOB, JOB_VAR, NODE_VAR, RANK, RANK_VAR, Layout, dashboard, prom_annotation, right_axis, stat,
-    timeseries,
+    HIGH_IS_BAD, JOB, JOB_VAR, NODE_VAR, RANK, RANK_VAR, Layout, alerts_annotation, alerts_firing, dashboard,
+    prom_annotation, right_axis, stat, state_timeline, timeseries,
 )
 
 RATE = "$__rate_interval"
@@ -35,8 +35,18 @@ def quantile(q: float) -> str:
             f"(rate(otelgpu_train_step_duration_seconds_bucket{{{JOB}}}[{RATE}])))")
 
 
+ALERTS = alerts_firing('otelgpu_job=~"$job"')
 CKPT = 'otelgpu_train_checkpoints_total{otelgpu_job=~"$job", otelgpu_checkpoint_event="start"}'
 lay = Layout()
+
+lay.row("Alerts")
+lay.add(state_timeline(
+    "otel-gpu alerts firing (Prometheus rules)",
+    "The alerts of compose/prometheus-rules/ firing for the selected jobs (GPU and agent alerts of their nodes "
+    "when All): a stalled job names the rank holding it, a straggler the rank the others wait for; "
+    "`otel-gpu diagnose` explains each.",
+    [(f"max by (alertname, severity, otelgpu_job, otelgpu_rank, host_name) ({ALERTS})",
+      "{{alertname}} ({{severity}}) {{otelgpu_job}} rank {{otelgpu_rank}} {{host_name}}")]), w=24, h=6)
 
 lay.row("Step time and throughput")
 lay.add(timeseries(
@@ -138,5 +148,6 @@ checkpoints = prom_annotation(
 dashboard = dashboard(
     "otelgpu-training", "otel-gpu / Training",
     "Step time and throughput per job, the phase breakdown of each step, the slowest and fastest rank, "
-    "and checkpoints (annotations).",
-    lay, [JOB_VAR, NODE_VAR, RANK_VAR], tags=["training"], annotations=[checkpoints])
+    "and checkpoints (annotations); the otel-gpu alerts firing for the jobs.",
+    lay, [JOB_VAR, NODE_VAR, RANK_VAR], tags=["training"],
+    annotations=[checkpoints, alerts_annotation('otelgpu_job=~"$job"')])

@@ -115,6 +115,16 @@ def stat(title: str, description: str, queries, unit: str, *, thresholds=None, c
                   graphMode="none" if instant else "area", textMode="value_and_name", maxDataPoints=None)
 
 
+def state_timeline(title: str, description: str, queries) -> g.StateTimeline:
+    """One lane per series, coloured where it has a value: alert states over time."""
+    _check(title, description)
+    return g.StateTimeline(
+        title=title, description=description, dataSource=PROMETHEUS, targets=targets(queries),
+        thresholds=[{"color": "red", "value": None}], colorMode="thresholds", mergeValues=True, showValue="never",
+        legendDisplayMode="hidden", mappings=[{"type": "value", "options": {"1": {"text": "firing", "index": 0}}}],
+        maxDataPoints=None)
+
+
 def profile_selector(**labels: str) -> str:
     """A Pyroscope label selector matching each label against a variable: `rank="rank_b"` ->
     ``{rank=~`${rank_b:regex}`}``.
@@ -227,6 +237,17 @@ DIAGNOSE_TAGS = ["otel-gpu", "diagnose"]
 DIAGNOSE_FINDINGS = {"datasource": GRAFANA, "enable": True, "hide": False, "iconColor": "red",
                      "name": "otel-gpu diagnose findings",
                      "target": {"type": "tags", "tags": DIAGNOSE_TAGS, "matchAny": False, "limit": 100}}
+
+
+# The alerts of `otel-gpu alerts` (compose/prometheus-rules/) firing in Prometheus: its ALERTS series
+def alerts_firing(matchers: str = "") -> str:
+    return f'ALERTS{{alertstate="firing", alertname=~"OtelGpu.*"{", " + matchers if matchers else ""}}}'
+
+
+def alerts_annotation(matchers: str = "") -> dict:
+    """A marker wherever one of otel-gpu's Prometheus alerts fires (the rules in compose/prometheus-rules/)."""
+    return prom_annotation("otel-gpu alerts firing", alerts_firing(matchers), "{{alertname}} ({{severity}})",
+                           "{{otelgpu_job}} rank {{otelgpu_rank}} {{host_name}} GPU {{otelgpu_gpu_index}}", "red")
 
 
 def prom_annotation(name: str, expr: str, title: str, text: str, color: str = "orange") -> dict:

@@ -196,7 +196,10 @@ def test_the_observation_method_is_on_the_cluster_overview():
 def test_training_dashboard_marks_checkpoints_and_stragglers():
     dash = committed()["training"]
     anns = [a for a in dash["annotations"]["list"] if "expr" in a]
-    assert len(anns) == 1 and "otelgpu_train_checkpoints_total" in anns[0]["expr"]
+    assert len(anns) == 2 and "otelgpu_train_checkpoints_total" in anns[0]["expr"]
+    assert anns[1]["expr"].startswith('ALERTS{alertstate="firing"') and 'otelgpu_job=~"$job"' in anns[1]["expr"]
+    timeline = [p for p in dash["panels"] if p["type"] == "state-timeline"]
+    assert len(timeline) == 1 and "ALERTS{" in timeline[0]["targets"][0]["expr"]
     exprs = " ".join(q.expr for q in queries(dash))
     assert "otelgpu_phase" in exprs
     # stragglers by busy time (step time minus collective wait), not by step time: those move together

@@ -78,14 +78,15 @@ def test_compose_refuses_to_start_without_a_grafana_password(tmp_path):
     assert "GRAFANA_ADMIN_PASSWORD_FILE" in out.stderr
 
 
-def test_the_stack_has_its_four_services_with_pinned_images(rendered):
+def test_the_stack_has_its_five_services_with_pinned_images(rendered):
     services = rendered["services"]
-    assert set(services) == {"otel-collector", "prometheus", "pyroscope", "grafana"}
+    assert set(services) == {"otel-collector", "prometheus", "alertmanager", "pyroscope", "grafana"}
     for name, svc in services.items():
         image = svc["image"]
         assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", image), f"{name}: {image} is not pinned to a version"
     assert services["otel-collector"]["image"].startswith("otel/opentelemetry-collector-contrib:")
     assert services["prometheus"]["image"].startswith("prom/prometheus:v3.")
+    assert services["alertmanager"]["image"].startswith("prom/alertmanager:v0.")
 
 
 def test_docs_deploy_lists_the_pinned_images():
@@ -98,14 +99,15 @@ def test_healthchecks_named_volumes_and_restart(rendered):
     services = rendered["services"]
     # the collector image has no shell or HTTP client to probe with (said in the compose file)
     assert {n for n, s in services.items() if "healthcheck" not in s} == {"otel-collector"}
-    for name in ("prometheus", "pyroscope", "grafana"):
+    for name in ("prometheus", "alertmanager", "pyroscope", "grafana"):
         test = services[name]["healthcheck"]["test"]
         assert test[0] == "CMD" and any("127.0.0.1" in part for part in test), name
     mounts = {n: s.get("volumes", []) for n, s in services.items()}
     assert "prometheus-data:/prometheus:rw" in mounts["prometheus"]
     assert "pyroscope-data:/data:rw" in mounts["pyroscope"]
     assert "grafana-data:/var/lib/grafana:rw" in mounts["grafana"]
-    assert set(rendered["volumes"]) == {"prometheus-data", "pyroscope-data", "grafana-data"}
+    assert "alertmanager-data:/alertmanager:rw" in mounts["alertmanager"]
+    assert set(rendered["volumes"]) == {"prometheus-data", "alertmanager-data", "pyroscope-data", "grafana-data"}
     assert all(s.get("restart") == "unless-stopped" for s in services.values())
     assert all(s.get("mem_limit") for s in services.values())
     deps = services["grafana"]["depends_on"]
@@ -121,7 +123,7 @@ def test_every_published_port_is_bound_to_loopback_by_default(rendered):
             text = port if isinstance(port, str) else f"{port.get('host_ip', '')}:{port['published']}"
             assert text.startswith("127.0.0.1:"), f"{name}: {port} is published on every interface"
             published += 1
-    assert published == 5   # 4317, 4318, 9090, 4040, 3000
+    assert published == 6   # 4317, 4318, 9090, 9093, 4040, 3000
 
 
 def test_every_port_in_the_file_goes_through_a_loopback_default():
@@ -136,7 +138,7 @@ def test_the_cluster_switch_moves_ingest_only(tmp_path, password_file):
     assert out.returncode == 0, out.stderr
     ports = {n: s.get("ports", []) for n, s in yaml.safe_load(out.stdout)["services"].items()}
     assert all(p.startswith("10.1.2.3:") for p in ports["otel-collector"] + ports["pyroscope"])
-    assert all(p.startswith("127.0.0.1:") for p in ports["grafana"] + ports["prometheus"])
+    assert all(p.startswith("127.0.0.1:") for p in ports["grafana"] + ports["prometheus"] + ports["alertmanager"])
 
 
 def test_grafana_has_no_default_password_and_no_anonymous_access(rendered):
