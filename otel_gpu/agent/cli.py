@@ -35,7 +35,7 @@ OTLP (when OTEL_EXPORTER_OTLP_ENDPOINT is set) or on a Prometheus endpoint
 Settings (flags win over the environment):
   OTELGPU_INTERVAL         sampling interval, seconds (0.1 - 3600, default 1)
   OTELGPU_PROMETHEUS_PORT  serve a Prometheus scrape endpoint on this port
-  OTELGPU_PROMETHEUS_HOST  its bind address (default 127.0.0.1)
+  OTELGPU_PROMETHEUS_HOST  its bind address (default, and when empty, 127.0.0.1)
   OTELGPU_CHECKPOINT_DIR   checkpoint folders whose filesystem is watched
                            (':'-separated)
   OTELGPU_PROCESSES        command-line substrings of the training processes
@@ -89,7 +89,8 @@ def agent_config(args, env: Mapping[str, str], stdout_is_tty: bool) -> AgentConf
     node = NodeConfig(proc_root=args.proc_root, sys_root=args.sys_root, checkpoint_dirs=dirs,
                       process_patterns=patterns, fake_gpus=fake_gpus, gpus=not args.no_gpu, interval_s=interval_s,
                       job_pid=getattr(args, "parent_pid", None))
-    return AgentConfig(node, interval_s, otlp, port, env.get("OTELGPU_PROMETHEUS_HOST", "127.0.0.1"), live,
+    host = (env.get("OTELGPU_PROMETHEUS_HOST") or "").strip() or "127.0.0.1"   # empty: the default, never 0.0.0.0
+    return AgentConfig(node, interval_s, otlp, port, host, live,
                        getattr(args, "parent_pid", None))
 
 

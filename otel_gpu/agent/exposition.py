@@ -34,6 +34,7 @@ IDLE_TIMEOUT_S = 300       # an idle keep-alive connection is closed after this 
 ACCEPT_RETRY_S = 0.05      # first pause after accept() found no descriptor (doubles to 1 s)
 EVICT_BATCH = 16           # idle connections evicted at once when accept() finds no descriptor
 IDLE_AFTER_S = 1.0         # a connection silent this long is idle enough to evict for a new one
+HEAD_TIMEOUT_S = 10.0      # each read of a request's headers (a scraper sends them all at once)
 _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _TYPES = {"gauge": "gauge", "updowncounter": "gauge", "counter": "counter"}
 
@@ -144,7 +145,8 @@ class ScrapeEndpoint:
     """Serves `render()` at /metrics on host:port (127.0.0.1 unless told otherwise).
 
     Built to keep serving under floods and descriptor exhaustion: at most `max_connections`
-    are open at once (a new one evicts the connection idle the longest); when accept() fails
+    are open at once (a new one evicts the connection idle the longest, a connection whose request
+    head has taken over IDLE_AFTER_S counting as idle since its first line); when accept() fails
     for lack of descriptors (EMFILE/ENFILE) an idle connection is evicted, or else a spare
     descriptor is given up to accept and close the waiting connection; the listen backlog
     holds a burst of LISTEN_BACKLOG connects. Connections closed unserved are counted in
@@ -178,16 +180,27 @@ class ScrapeEndpoint:
                     return   # idle for IDLE_TIMEOUT_S: closed
                 if not line:
                     return   # the client closed it
-                if conn is not None:
-                    conn.idle_since = None   # a request came: busy until it is answered
+                if conn is not None:   # its head must come within IDLE_AFTER_S, else it may be evicted as idle
+                    conn.idle_since = time.monotonic()
                 if len(line) >= _MAX_LINE:
                     self.send_error(414, "Request-URI Too Long")
-                elif self.parse_request(line):
+                elif self._head(line):
+                    if conn is not None:
+                        conn.idle_since = None   # a whole request came: busy until it is answered
                     if self.command == "GET":
                         self.do_GET()
                     else:
                         self.send_error(501, "Unsupported method")
                 self.wfile.flush()
+
+            def _head(self, line: bytes) -> bool:
+                """`parse_request`, each read of the headers within HEAD_TIMEOUT_S (a scraper sends
+                its whole request at once; a client dripping it holds no thread for long)."""
+                self.connection.settimeout(HEAD_TIMEOUT_S)
+                try:
+                    return self.parse_request(line)
+                finally:
+                    self.connection.settimeout(self.timeout)
 
             def parse_request(self, line: bytes) -> bool:
                 """The request line and the Connection header; False (answered) when malformed."""

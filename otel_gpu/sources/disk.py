@@ -228,8 +228,7 @@ class DiskSource:
         for rel, parse in (("self/mountinfo", parse_mountinfo), ("mounts", parse_mounts)):
             path = os.path.join(self.proc_root, rel)
             try:
-                with open(path, newline="\n", errors="surrogateescape") as f:   # a path may hold \r as is
-                    return parse(f.read())
+                return parse(read_text(path))   # as it is: a path may hold \r; a FIFO cannot hold the read
             except OSError as e:
                 self._unreadable[path] = e.strerror or str(e)
         return []

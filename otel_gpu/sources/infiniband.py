@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .. import names
 from ..readings import Reading, SourceError
 from .net import CounterState
+from .procfields import read_text
 
 WORD = 4  # bytes per data-counter unit
 MOD32 = 2**32
@@ -111,8 +112,7 @@ class InfinibandSource:
     def _read(self, path: str) -> str | None:
         """File text, or None when absent. Other failures are noted as partial errors."""
         try:
-            with open(path, "rb", buffering=0) as f:
-                return f.read().decode("ascii", "replace")
+            return read_text(path).encode("utf-8", "surrogateescape").decode("ascii", "replace")
         except FileNotFoundError:
             return None
         except OSError as e:

@@ -227,8 +227,7 @@ class NetSource:
         path = os.path.join(self.sys_root, "class", "net", iface, "speed")
         value, error = None, None
         try:
-            with open(path) as f:
-                text = f.read()
+            text = read_text(path)   # a FIFO or device there cannot hold the read
             value = speed_bytes_per_second(text)
             if value is None:
                 error = f"{path}: {text.strip()} (link down or no speed)"

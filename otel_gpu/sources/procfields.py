@@ -10,9 +10,11 @@ fields a round, and a `fullmatch` per field was a third of a /proc parser's time
 """
 from __future__ import annotations
 
+import errno
 import os
 
 READ_SIZE = 16384   # bytes a read: these files are a few KB (a larger buffer costs more to allocate)
+MAX_READ = 8 << 20  # bytes of one file at most (/proc/net/dev of thousands of interfaces is ~1 MB)
 
 
 def counter(text: str) -> int:
@@ -34,14 +36,20 @@ def counters(fields: list[str]) -> list[int]:
 
 def read_text(path: str) -> str:
     """The whole of a small /proc or /sys file, read with `os.read` (no buffered text layer);
-    bytes that are not UTF-8 are kept as surrogate escapes. OSError as `open` raises it."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    bytes that are not UTF-8 are kept as surrogate escapes. OSError as `open` raises it, and for
+    what a /proc or /sys file never is: a FIFO opens without waiting for a writer (and reads as
+    empty, or fails with EAGAIN when its writer has written nothing), a file of more than MAX_READ
+    bytes (a link to /dev/zero) fails with EFBIG."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         data = os.read(fd, READ_SIZE)
         if data:   # to the end of the file: a read may stop short of it
-            chunks = [data]
+            chunks, size = [data], len(data)
             while chunk := os.read(fd, READ_SIZE):
                 chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_READ:
+                    raise OSError(errno.EFBIG, f"larger than {MAX_READ >> 20} MiB", path)
             if len(chunks) > 1:
                 data = b"".join(chunks)
     finally:
