@@ -135,14 +135,14 @@ def test_every_numeric_tune_flag_is_finite_and_bounded_or_one_line(flag, raw):
 
 @FAST
 @given(st.sampled_from(["tune --base-config x.json --prometheus", "tune --base-config x.json --otlp",
-                        "run --pyroscope"]), URLISH)
+                        "run --pyroscope", "alerts --prometheus-url"]), URLISH)
 def test_url_flags_are_urls_with_a_host_or_one_line(command, raw):
     *words, flag = command.split()
     args, err = _parse(words + [f"{flag}={raw}"])
     if args is None:
         assert err.count("\n") == 1
         return
-    value = getattr(args, flag[2:])
+    value = getattr(args, flag[2:].replace("-", "_"))
     assert http_url(value, "u") == value
 
 
@@ -184,7 +184,8 @@ def test_a_window_is_a_non_empty_finite_interval_or_one_line(from_, to, last):
 
 
 def test_argparse_errors_from_every_subcommand_are_one_line():
-    for argv in (["agent", "--nope"], ["tune"], ["diagnose", "--nope"], ["dashboards", "--nope"], ["run", "--job"]):
+    for argv in (["agent", "--nope"], ["tune"], ["diagnose", "--nope"], ["dashboards", "--nope"], ["run", "--job"],
+                 ["alerts", "--window", "soon"]):
         args, err = _parse(argv)
         assert args is None and err.count("\n") == 1 and err.startswith("otel-gpu"), (argv, err)
 

@@ -18,7 +18,7 @@ def test_importing_the_package_loads_no_opentelemetry():
 
 def test_every_subcommand_is_registered():
     out = subprocess.run([sys.executable, "-m", "otel_gpu", "--help"], capture_output=True, text=True, check=True)
-    for command in ("agent", "doctor", "run", "trace", "dashboards", "diagnose", "tune"):
+    for command in ("agent", "doctor", "run", "trace", "dashboards", "alerts", "diagnose", "tune"):
         assert command in out.stdout, command
 
 
