@@ -65,6 +65,7 @@ def console() -> None:
 
 def main(argv: list[str] | None = None, *, ending: bool = False) -> int:
     """Run one subcommand; its exit status. `ending`: the process ends right after (see exiting)."""
+    _closed_std_fds()
     _tolerant_streams()
     args_given = sys.argv[1:] if argv is None else argv
     parser = build_parser(args_given[0] if args_given else None)
@@ -95,6 +96,24 @@ def main(argv: list[str] | None = None, *, ending: bool = False) -> int:
             raise
         return _fail(name, f"internal error: {type(exc).__name__}: {exc} (OTELGPU_DEBUG=1 shows where)",
                      EXIT_FAILURE)
+
+
+def _closed_std_fds() -> None:
+    """A standard stream the shell closed (`>&-`) becomes /dev/null here, close-on-exec: our writes
+    to it go nowhere instead of failing (sys.stdout is None then), no file we open later takes its
+    descriptor (a recording's database once did), and the processes we start get it closed, as asked."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        if null != fd:
+            os.dup2(null, fd, inheritable=False)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, mode, closefd=False))
 
 
 def _tolerant_streams() -> None:

@@ -103,6 +103,22 @@ def child_env(env: Mapping[str, str], pyroscope: str | None = None, no_profile: 
     return out
 
 
+def not_runnable(name: str) -> tuple[int, str] | None:
+    """(exit status, one line) when a shell could not run the command `name`: 127 when it is not
+    found (no such file, or not on PATH), 126 when it is found but cannot be run (a folder, not
+    executable); None when it can be started."""
+    if "/" not in name:
+        return None if shutil.which(name) is not None else (127, f"command not found: {name}")
+    path = Path(name)
+    if not path.exists():
+        return 127, f"{name}: no such file"
+    if path.is_dir():
+        return 126, f"{name}: is a folder"
+    if not os.access(path, os.X_OK):
+        return 126, f"{name}: permission denied (not executable)"
+    return None
+
+
 def exit_status(returncode: int) -> int:
     """subprocess return code -> shell exit status (a signal N is 128 + N)."""
     return 128 - returncode if returncode < 0 else returncode
@@ -117,8 +133,10 @@ def _run(args, latch: children.SignalLatch) -> int:
     command = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not command:
         raise UsageError("no command given: otel-gpu run [options] -- COMMAND...")
-    if shutil.which(command[0]) is None and not Path(command[0]).is_file():
-        raise UsageError(f"command not found: {command[0]}")
+    unrunnable = not_runnable(command[0])
+    if unrunnable is not None:   # as a shell says it: 127 not found, 126 found but not executable
+        print(f"otel-gpu run: {unrunnable[1]}", file=sys.stderr, flush=True)
+        return unrunnable[0]
     if args.record and args.no_record:
         raise UsageError("give either --record or --no-record, not both")
     if args.thresholds:   # a bad file is exit 2 now, not a silent watcher later
@@ -152,9 +170,11 @@ def _run(args, latch: children.SignalLatch) -> int:
             proc = children.popen(command, env=env)
     except OSError as exc:
         _stop(agent)
+        status = 127 if isinstance(exc, FileNotFoundError) else 126   # as a shell would
         if recorded is not None:
-            recorded.finish(127)
-        raise UsageError(f"cannot start {command[0]}: {exc.strerror or exc}") from None
+            recorded.finish(status)
+        print(f"otel-gpu run: cannot start {command[0]}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+        return status
     live = None
     if recorded is not None and proc is not None and not args.no_live:
         from .run_live import LiveFindings

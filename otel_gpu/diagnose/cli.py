@@ -191,11 +191,17 @@ def _outputs(args) -> list[tuple[str, str]]:
 
 
 def _check_outputs(args) -> None:
-    """Refuse an output that is a folder or one of the inputs before any work (exit 2)."""
+    """Refuse an output that is a folder or one of the inputs, or two outputs to one file (the
+    second would replace the first), before any work (exit 2)."""
     from .. import output
     inputs = _inputs(args)
+    seen: dict[str, str] = {}
     for flag, path in _outputs(args):
         output.check(path, inputs, label=f"{flag} {path}")
+        real = os.path.realpath(path)
+        if real in seen:
+            raise UsageError(f"{seen[real]} and {flag} name the same file {path}: give each its own")
+        seen[real] = flag
 
 
 def _output(args, result, token) -> int:
