@@ -1,7 +1,12 @@
 """Put on PYTHONPATH by `otel-gpu run`: instrument this Python process, then run the
-`sitecustomize` this one hides (Debian ships one), if any."""
+`sitecustomize` this one hides (Debian ships one), if any.
+
+This runs while the interpreter starts: a Ctrl-C now (KeyboardInterrupt) would end it with
+"Fatal Python error: init_import_site" and status 1. It ends the process as an uncaught
+KeyboardInterrupt does, by SIGINT itself (status 130 in a shell), the job's own exit."""
 import importlib.util
 import os
+import signal
 import sys
 
 
@@ -31,5 +36,13 @@ def _chain():
             sys.modules["sitecustomize"] = saved
 
 
-_otelgpu_boot()
-_chain()
+def _interrupted():
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+try:
+    _otelgpu_boot()
+    _chain()
+except KeyboardInterrupt:
+    _interrupted()
