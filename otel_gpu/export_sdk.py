@@ -30,23 +30,32 @@ class CountingExporter(MetricExporter):
     and nothing queues up in memory while the backend is down.
     """
 
-    def __init__(self, inner: MetricExporter):
+    def __init__(self, inner: MetricExporter, lines=None, reason=None):
+        """`lines`: an export_errors.ErrorLines told every result; `reason`: the LastReason of the
+        exporter's log (the SDK's own messages then go nowhere else)."""
         super().__init__(preferred_temporality=inner._preferred_temporality,
                          preferred_aggregation=inner._preferred_aggregation)
         self._inner = inner
         self._lock = threading.Lock()
         self.failures = 0
         self.exports = 0
+        self.lines, self.reason = lines, reason
 
     def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
         try:
             result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-        except Exception:  # an exporter bug must not kill the export thread; it is counted
+        except Exception as exc:  # an exporter bug must not kill the export thread; it is counted
             result = MetricExportResult.FAILURE
+            if self.reason is not None:
+                self.reason.reason = f"{type(exc).__name__}: {' '.join(str(exc).split())[:120]}"
         with self._lock:
             self.exports += 1
             if result is not MetricExportResult.SUCCESS:
                 self.failures += 1
+            if self.lines is not None:
+                self.lines.result(result is MetricExportResult.SUCCESS, self.reason.reason if self.reason else None)
+            if self.reason is not None and result is MetricExportResult.SUCCESS:
+                self.reason.reason = None   # a failure's reason holds until an export succeeds
         return result
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
@@ -56,8 +65,9 @@ class CountingExporter(MetricExporter):
         self._inner.shutdown(timeout_millis=timeout_millis)
 
 
-def otlp_exporter(settings: OtlpSettings) -> CountingExporter:
-    """The OTLP metric exporter for `settings`, wrapped to count failures."""
+def otlp_exporter(settings: OtlpSettings, say=None) -> CountingExporter:
+    """The OTLP metric exporter for `settings`, wrapped to count failures. `say`: where a failed export
+    is said in one line (export_errors.ErrorLines), the SDK's own log messages taken over."""
     if settings.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         inner = OTLPMetricExporter(endpoint=settings.endpoint, timeout=settings.timeout_s)
@@ -67,7 +77,11 @@ def otlp_exporter(settings: OtlpSettings) -> CountingExporter:
         if not endpoint.endswith("/v1/metrics"):
             endpoint += "/v1/metrics"
         inner = OTLPMetricExporter(endpoint=endpoint, timeout=settings.timeout_s)
-    return CountingExporter(inner)
+    if say is None:
+        return CountingExporter(inner)
+    from .export_errors import ErrorLines, probe, take_over
+    lines = ErrorLines(say, settings.endpoint, explain=lambda: probe(settings.endpoint))
+    return CountingExporter(inner, lines, take_over())
 
 
 def import_exporter(protocol: str) -> None:
@@ -101,11 +115,12 @@ def merged_resource(resource_attrs: Mapping[str, str]) -> Resource:
 
 
 def meter_provider(resource: Resource | Mapping[str, str], readers: Sequence[MetricReader],
-                   specs: Sequence[MetricSpec] = ()) -> MeterProvider:
+                   specs: Sequence[MetricSpec] = (), shutdown_on_exit: bool = True) -> MeterProvider:
     """A MeterProvider (not set globally: the user's own OTel setup stays untouched).
 
     `resource` is a Resource, or our attributes to merge with the OTEL_* variables.
     """
     if not isinstance(resource, Resource):
         resource = merged_resource(resource)
-    return MeterProvider(resource=resource, metric_readers=list(readers), views=histogram_views(specs))
+    return MeterProvider(resource=resource, metric_readers=list(readers), views=histogram_views(specs),
+                         shutdown_on_exit=shutdown_on_exit)

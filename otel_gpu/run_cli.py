@@ -1,10 +1,11 @@
 """`otel-gpu run [--record DIR] [--pyroscope URL] [--no-profile] -- COMMAND...`: telemetry without code change.
 
-With no OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT) and no Pyroscope server configured, the run is
-recorded: metrics of every rank and of the node agent, and every rank's profiles, go to loopback
-receivers that write ./otel-gpu-runs/<job>-<UTC time>/ (or --record DIR); at the end a report
-(report.html) is written and a short summary printed. --record with a collector or Pyroscope
-configured records and forwards to them. --no-record keeps the plain OTLP behaviour.
+With no OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT) configured, the run is recorded: metrics of
+every rank and of the node agent, and every rank's profiles, go to loopback receivers that write
+./otel-gpu-runs/<job>-<UTC time>/ (or --record DIR); at the end a report (report.html) is written
+and a short summary printed. With --pyroscope the profiles are also sent on to it; --record with a
+collector configured records and forwards to it; a server that failed is named in one line at the
+end. --no-record keeps the plain OTLP behaviour.
 
 Every Python process the command starts (python, torchrun, deepspeed, llamafactory-cli
 and their ranks) imports our `sitecustomize` from PYTHONPATH, which instruments torch
@@ -41,8 +42,8 @@ def register(sub) -> None:
     p.add_argument("--pyroscope", metavar="URL", type=url_type(), help="Pyroscope server to stream profiles to (else $OTELGPU_PYROSCOPE_URL)")
     p.add_argument("--no-profile", action="store_true", help="metrics only, no profiling")
     p.add_argument("--job", type=_job_name, help="job name on every series and profile (else $OTELGPU_JOB, Slurm or torchelastic)")
-    p.add_argument("--record", metavar="DIR", help="record the run into DIR (default when no collector and no Pyroscope "
-                                                   "is configured: ./otel-gpu-runs/<job>-<UTC time>)")
+    p.add_argument("--record", metavar="DIR", help="record the run into DIR (default when no collector is configured: "
+                                                   "./otel-gpu-runs/<job>-<UTC time>)")
     p.add_argument("--no-record", action="store_true", help="never record; export over OTLP as configured")
     p.add_argument("--no-report", action="store_true", help="record, but write no report at the end")
     p.add_argument("--no-live", action="store_true", help="when recording: print no findings while the job runs "
@@ -152,6 +153,13 @@ def _run(args, latch: children.SignalLatch) -> int:
     check_run_environment(child_env(os.environ, args.pyroscope, args.no_profile, args.job))
     if start_agent:   # before anything starts: a bad --agent-arg is exit 2 with nothing left behind
         check_agent_args(args.agent_arg, child_env(os.environ, args.pyroscope, args.no_profile, args.job))
+    pyroscope = args.pyroscope or os.environ.get("OTELGPU_PYROSCOPE_URL", "").strip()
+    if pyroscope and not record and not args.no_profile:   # the ranks push there themselves, silently
+        from .export_errors import unreachable
+        why = unreachable(pyroscope)
+        if why:
+            print(f"otel-gpu run: Pyroscope at {pyroscope} is not reachable ({why}): profiles will not be sent",
+                  file=sys.stderr, flush=True)
     if latch.stopping is not None:
         return 128 + latch.stopping
     recorded = None

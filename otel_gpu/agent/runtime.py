@@ -17,6 +17,10 @@ from .node import Node
 from .store import Store
 
 
+def _say(line: str) -> None:
+    print(f"otel-gpu agent: {line}", file=sys.stderr, flush=True)
+
+
 class AgentRuntime:
     def __init__(self, config: AgentConfig, node: Node, env=os.environ):
         self.config = config
@@ -37,7 +41,7 @@ class AgentRuntime:
         self.exporter = None
         if config.otlp.endpoint:
             from ..export_sdk import otlp_exporter
-            self.exporter = otlp_exporter(config.otlp)
+            self.exporter = otlp_exporter(config.otlp, say=_say)   # a failed export: one line, not the SDK's
         exporter = self.exporter
         self.endpoint = None
         exported = Exported(self.sampler, export_failures=lambda: exporter.failures if exporter else 0,
@@ -45,7 +49,8 @@ class AgentRuntime:
         self.provider = None
         if exporter is not None:
             from ..export_sdk import meter_provider, periodic_reader
-            self.provider = meter_provider(resource, [periodic_reader(exporter, config.otlp)])
+            # shut down by `shutdown` within its budget, not again at exit (the SDK then warns on stderr)
+            self.provider = meter_provider(resource, [periodic_reader(exporter, config.otlp)], shutdown_on_exit=False)
             Instruments(self.provider.get_meter("otel_gpu.agent"), exported, point)
         if config.prometheus_port:
             renderer = Renderer(exported.families, point, {k: str(v) for k, v in resource_attrs.items()})

@@ -99,6 +99,7 @@ class Receiver:
         self.stopping = False
         self.forward_metrics = forward_metrics
         self.forward_profiles = forward_profiles.rstrip("/") + PUSH_PATH if forward_profiles else None
+        self.forwarded: dict[str, tuple[int, int, str | None]] = {}   # url -> (tried, failed, first failure's reason)
         self._jobs: queue.Queue = queue.Queue()
         self._lock = threading.Lock()
         self._closed = False
@@ -204,14 +205,19 @@ class Receiver:
             return kind
 
     def forward(self, url: str, body: bytes, headers: dict[str, str]) -> bool:
+        why = None
         try:
             r = request(self._http, "POST", url, timeout=10.0, content=body, headers=headers)
-            ok = r.status_code < 300
-        except httpx.HTTPError:
-            ok = False
-        if not ok:
+            if r.status_code >= 300:
+                why = f"HTTP {r.status_code}"
+        except httpx.HTTPError as exc:
+            why = forward_error(exc)
+        with self._lock:   # handlers run on threads of their own
+            sent, failed, first = self.forwarded.get(url, (0, 0, None))
+            self.forwarded[url] = (sent + 1, failed + (why is not None), first or why)
+        if why is not None:
             self.counts.forward_failures += 1
-        return ok
+        return why is None
 
     def _write_loop(self) -> None:
         while True:
@@ -302,6 +308,20 @@ class _Writer(io.BufferedIOBase):
     def write(self, b) -> int:
         self._sock.sendall(b)
         return len(b)
+
+
+def forward_error(exc: Exception) -> str:
+    """A failed forward's reason in a few words: the OS error where there is one (connection refused,
+    name not known), a timeout, else the exception's first line, at most 120 characters."""
+    if isinstance(exc, httpx.TimeoutException):
+        return "no answer within 10 s"
+    cause = exc
+    while cause.__cause__ is not None or cause.__context__ is not None:
+        cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror.lower()
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:120]
 
 
 def _handler(rx: Receiver):

@@ -1,6 +1,6 @@
 """A recorded run: where it goes, what the command's processes are told, how it ends.
 
-`otel-gpu run` with no collector and no Pyroscope configured (or with `--record DIR`) starts a
+`otel-gpu run` with no collector configured (or with `--record DIR`) starts a
 `Receiver` in its own process, points every rank's OTLP exporter and pyroscope-io agent (and the
 node agent it starts) at it, and closes the store when the command has exited. The ranks run
 exactly the code of the OTLP path: same exporter, same sampler, same cost.
@@ -26,7 +26,7 @@ from ..errors import Failure, UsageError
 from ..words import count
 from ..identity import job_folder_name, job_name
 from ..profiling import RECORD_KEY_HEADER, RECORD_KEY_VAR
-from .receiver import Receiver
+from .receiver import PUSH_PATH, Receiver
 from .store import DB_NAME, DiskError, Writer
 
 DEFAULT_ROOT = "otel-gpu-runs"
@@ -35,9 +35,11 @@ PROFILE_UPLOAD_S = "2"        # a recorded run's profile push interval: what a c
 
 
 def wants_recording(env: Mapping[str, str], pyroscope: str | None) -> bool:
-    """Record by default: when neither an OTLP endpoint nor a Pyroscope server is configured."""
+    """Record by default: when no OTLP endpoint is configured (the metrics have nowhere else to go). A
+    Pyroscope server alone does not turn recording off: the profiles are recorded and sent on to it.
+    (`pyroscope` is kept for the callers: it no longer decides.)"""
     otlp = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    return not (otlp or pyroscope or env.get("OTELGPU_PYROSCOPE_URL"))
+    return not otlp
 
 
 def default_job(env: Mapping[str, str], command: Sequence[str]) -> str:
@@ -149,6 +151,20 @@ class RecordedRun:
             out.setdefault("OTELGPU_PROFILE_UPLOAD_S", PROFILE_UPLOAD_S)
         else:
             out.pop("OTELGPU_PYROSCOPE_URL", None)
+        return out
+
+    def forward_notes(self) -> list[str]:
+        """One line per server the recording sent data on to that failed: what was not sent, why (the
+        first failure), how often; the data are in the recording all the same."""
+        rx, out = self.receiver, []
+        for url, what, where in ((rx.forward_profiles, "profiles", "Pyroscope"),
+                                 (rx.forward_metrics, "metrics", "the OTLP endpoint")):
+            tried, failed, why = rx.forwarded.get(url, (0, 0, None)) if url else (0, 0, None)
+            if not failed:
+                continue
+            at = f"{where} at {url.removesuffix(PUSH_PATH)}"
+            out.append(f"{what} were not sent to {at} ({why}); they are in the recording" if failed == tried else
+                       f"{failed} of {tried} sends of {what} to {at} failed (first: {why}); all are in the recording")
         return out
 
     def finish(self, exit_status: int) -> None:

@@ -19,10 +19,11 @@ URL = st.sampled_from(["", "http://c:4318", "https://c:4318/", "collector:4318"]
 
 @settings(max_examples=60, deadline=None)
 @given(otlp=URL, metrics=URL, pyro_env=URL, pyro_flag=st.sampled_from([None, "http://p:4040"]))
-def test_recording_is_the_default_only_without_any_backend(otlp, metrics, pyro_env, pyro_flag):
+def test_recording_is_the_default_only_without_an_otlp_endpoint(otlp, metrics, pyro_env, pyro_flag):
+    """A Pyroscope server alone does not turn recording off: the metrics would have nowhere to go."""
     env = {k: v for k, v in {"OTEL_EXPORTER_OTLP_ENDPOINT": otlp, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": metrics,
                              "OTELGPU_PYROSCOPE_URL": pyro_env}.items()}
-    assert S.wants_recording(env, pyro_flag) == (not (otlp or metrics or pyro_env or pyro_flag))
+    assert S.wants_recording(env, pyro_flag) == (not (otlp or metrics))
 
 
 @settings(max_examples=60, deadline=None)
