@@ -56,13 +56,12 @@ def watch_main(args) -> int:
     else:
         source = PromSource(args.prometheus, args.job, last, args.timeout, require_steps=not args.gpu_only)
     stop = threading.Event()
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in (signal.SIGINT, signal.SIGTERM):   # kept until the process exits: a late signal is no crash
+        signal.signal(s, lambda *_: stop.set())
     watcher = Watcher(source, thresholds, Tracker(hold_s=hold, min_severity=args.min_severity), emit, say)
     try:
         run_until(watcher, every, stop.wait)
     finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
         source.close()
         if json_out not in (None, sys.stdout):
             json_out.close()
