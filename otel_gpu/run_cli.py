@@ -14,7 +14,8 @@ The command's exit status is returned unchanged (a signal death N as 128 + N).
 SIGINT, SIGTERM and SIGHUP are forwarded to the command; one that has not exited --grace seconds
 (default 10) after SIGTERM or SIGHUP is killed with its processes (SIGKILL). Processes the command
 leaves running when it exits are ended (SIGTERM, SIGKILL after the grace period). If otel-gpu run
-itself is killed, the node agent and the command get SIGTERM from the kernel.
+itself is killed, the node agent and the command get SIGTERM from the kernel, and a guard process
+ends every process the run had started (tree_guard.py), whatever it did to its credentials.
 """
 from __future__ import annotations
 
@@ -126,7 +127,10 @@ def exit_status(returncode: int) -> int:
 
 
 def run(args) -> int:
-    with children.SignalLatch() as latch, children.subreaper():   # before any child starts
+    from .tree_guard import guarding
+
+    # before any child starts; the guard ends the processes left if run itself is killed
+    with children.SignalLatch() as latch, children.subreaper(), guarding():
         return _run(args, latch)
 
 

@@ -21,6 +21,18 @@ def _say(line: str) -> None:
     print(f"otel-gpu agent: {line}", file=sys.stderr, flush=True)
 
 
+def parent_gone(parent: int, proc_root: str = "/proc") -> bool:
+    """Whether the process that started us (`parent`) has ended or is ending: we were re-parented,
+    or it is a zombie (its threads are still going when its death signal reaches us)."""
+    if os.getppid() != parent:
+        return True
+    try:
+        with open(os.path.join(proc_root, str(parent), "stat")) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
 class AgentRuntime:
     def __init__(self, config: AgentConfig, node: Node, env=os.environ):
         self.config = config
@@ -86,6 +98,13 @@ class AgentRuntime:
             print(f"otel-gpu agent: sampling every {self.config.interval_s:g} s; {self.describe_outputs()}",
                   file=sys.stderr, flush=True)
             self.stop_event.wait()
+        if self.config.parent_pid is not None and parent_gone(self.config.parent_pid):
+            # the run that started us is gone, and its receiver with it: nothing to flush there (a last
+            # export retried against it for seconds); free the port and go now
+            if self.endpoint:
+                self.endpoint.close()
+            sys.stderr.flush()
+            os._exit(0)
         # the process is ending: whatever hangs (a stuck export, a stuck NVML call), exit on time
         watchdog = threading.Timer(FLUSH_TIMEOUT_S, os._exit, args=(0,))
         watchdog.daemon = True
