@@ -207,26 +207,29 @@ class Tuner:
     def run(self) -> list[Record]:
         while True:
             self.retire_stale()
+            if self.counted() >= self.s.trials:
+                return self.records
             failed = None if self.s.keep_going else self.baseline_failure()
             if failed:
                 raise BaselineFailed(failed)
-            if self.counted() >= self.s.trials:
-                return self.records
             self.records.append(self.run_one())
 
     def baseline_failure(self) -> str | None:
         """Why the study cannot go on: every finished baseline run failed to be measured (crash, oom,
-        hang, timeout, rejected, incomplete), in one line with the first one's reason; else None. Every
-        other trial would be measured against the baseline, and most fail the same way."""
-        runs = [t for t in self.study.get_trials(deepcopy=False)
+        hang, timeout, rejected, incomplete), in one line with the latest one's reason; else None. Every
+        other trial would be measured against the baseline, and most would fail the same way. Not a
+        failure here: over the memory limit (it ran and was measured), and a hang whose cause the tuner
+        removed (a half-built torch extension: the next trial builds it afresh)."""
+        done = [t for t in self.study.get_trials(deepcopy=False)
                 if t.user_attrs.get("role") == BASELINE and t.user_attrs.get("status") not in (None, T.INTERRUPTED)]
-        # over the memory limit: it ran and was measured (the limit is what the other trials may meet)
-        if not runs or any(t.user_attrs.get("status") in (T.OK, T.OVER_MEMORY) for t in runs):
+        if not done or any(t.user_attrs.get("status") in (T.OK, T.OVER_MEMORY) or
+                           "removed the half-built torch extension" in str(t.user_attrs.get("reason")) for t in done):
             return None
-        first = min(runs, key=lambda t: t.number)
-        reason = " ".join(str(first.user_attrs.get("reason") or "no reason recorded").split())
-        return (f"the baseline (trial {first.number}, your config unchanged) failed: {first.user_attrs['status']}: "
-                f"{reason}; no further trial is started (fix the command or config, or pass --keep-going)")
+        last = max(done, key=lambda t: t.number)
+        reason = " ".join(str(last.user_attrs.get("reason") or "no reason recorded").split())
+        return (f"the baseline (trial {last.number}, your config unchanged) failed: {last.user_attrs['status']}: "
+                f"{reason}; no further trial is started (fix the command or config and start a new study, e.g. "
+                "with a new --out; or pass --keep-going)")
 
     def run_one(self) -> Record:
         t0 = time.monotonic()
