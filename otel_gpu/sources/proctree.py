@@ -2,11 +2,13 @@
 
 A DataLoader worker is a child of its rank and uses no GPU, so "the processes on a GPU" miss it;
 `otel-gpu run` and `otel-gpu tune` start the node agent with their own pid (`--parent-pid`), and the
-job is everything below that pid except otel-gpu's own helpers (the agent, the findings watcher).
+job is everything below that pid except otel-gpu's own helpers (the agent, the findings watcher, the
+guard that ends the job's processes when run is killed).
 
 Children come from `<proc_root>/<pid>/task/<tid>/children` (Linux with CONFIG_PROC_CHILDREN, the
-usual case: a few small files per process followed); where the kernel has none, from the parent
-pid field of every `<proc_root>/<pid>/stat`. Every read is bounded.
+usual case: a few small files per process followed, every 2 s: a DataLoader's workers are read
+from their first seconds); where the kernel has none, from the parent pid field of every
+`<proc_root>/<pid>/stat`. Every read is bounded.
 """
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from typing import Callable, Iterable
 
 MAX_READ = 1 << 16          # bytes read of a children, stat or cmdline file
 MAX_PROCESSES = 4096        # processes followed below the roots (a fork bomb does not stall a round)
-OWN_HELPER = b"from otel_gpu.cli import main"   # the command line of otel-gpu's own child processes
+# the command lines of otel-gpu's own child processes: the agent and the watcher (`-c "...from otel_gpu.cli
+# import main..."`), the guard (`-m otel_gpu.tree_guard`)
+OWN_HELPERS = (b"from otel_gpu.cli import main", b"-m\0otel_gpu.")
 
 
 def parse_pids(data: bytes) -> set[int]:
@@ -72,12 +76,16 @@ def parents_map(proc_root: str) -> dict[int, set[int]]:
     return out
 
 
+def _own_helper(cmdline: bytes) -> bool:
+    return any(h in cmdline for h in OWN_HELPERS)
+
+
 class TreeFinder:
     """A `pids` callable: the processes below `roots()` (rescanned at most every `rescan_s`), less
     otel-gpu's own helpers below `job_root` and everything under them, less this process."""
 
     def __init__(self, roots: Callable[[], Iterable[int]], job_root: int | None = None, proc_root: str = "/proc",
-                 rescan_s: float = 5.0, clock: Callable[[], float] = time.monotonic):
+                 rescan_s: float = 2.0, clock: Callable[[], float] = time.monotonic):
         self.roots, self.job_root, self.proc_root = roots, job_root, proc_root
         self.rescan_s, self.clock = rescan_s, clock
         self._found: set[int] = set()
@@ -95,7 +103,7 @@ class TreeFinder:
                     table = parents_map(self.proc_root)
                 kids = table.get(pid, set())
             if pid == self.job_root:   # otel-gpu's own children: the agent, the watcher
-                kids = {k for k in kids if k != me and OWN_HELPER not in (_read(os.path.join(
+                kids = {k for k in kids if k != me and not _own_helper(_read(os.path.join(
                     self.proc_root, str(k), "cmdline")) or b"")}
             return kids - {me}
         return children

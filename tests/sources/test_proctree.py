@@ -10,7 +10,7 @@ import time
 
 from hypothesis import given, strategies as st
 
-from otel_gpu.sources.proctree import OWN_HELPER, TreeFinder, descendants, parse_pids
+from otel_gpu.sources.proctree import OWN_HELPERS, TreeFinder, descendants, parse_pids
 
 PIDS = st.sets(st.integers(1, 4_194_304), max_size=50)
 
@@ -47,15 +47,16 @@ def _proc(root, pid: int, ppid: int, cmdline: bytes = b"python\0train.py", child
 
 def _job(root, with_children_files: bool):
     c = (lambda kids: kids) if with_children_files else (lambda kids: None)
-    helper = b"python\0-c\0import sys; " + OWN_HELPER + b"; sys.exit(main())\0agent"
-    _proc(root, 100, 1, children=c([101, 110, 120]))                  # otel-gpu run
+    helper = b"python\0-c\0import sys; " + OWN_HELPERS[0] + b"; sys.exit(main())\0agent"
+    _proc(root, 100, 1, children=c([101, 110, 120, 130]))             # otel-gpu run
     _proc(root, 101, 100, helper, children=c([102]))                  # the node agent (and whatever it starts)
     _proc(root, 102, 101, children=c([]))
     _proc(root, 110, 100, children=c([111, 112]), threads=3)          # torchrun
     _proc(root, 111, 110, children=c([113]))                          # rank 0
     _proc(root, 112, 110, children=c([]))                             # rank 1
     _proc(root, 113, 111, children=c([]))                             # rank 0's DataLoader worker
-    _proc(root, 120, 100, b"python\0-c\0x; " + OWN_HELPER + b"\0diagnose", children=c([]))   # the watcher
+    _proc(root, 120, 100, b"python\0-c\0x; " + OWN_HELPERS[0] + b"\0diagnose", children=c([]))   # the watcher
+    _proc(root, 130, 100, b"/usr/bin/python3\0-m\0otel_gpu.tree_guard\0100", children=c([]))     # the guard
     _proc(root, 200, 1, children=c([201]))                            # another job's rank on a GPU
     _proc(root, 201, 200, children=c([]))                             # its worker
 
