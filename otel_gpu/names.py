@@ -44,6 +44,14 @@ SOURCE = "otelgpu.source"
 PHASE = "otelgpu.phase"
 IB_DEVICE = "otelgpu.ib.device"   # e.g. "mlx5_0"
 IB_PORT = "otelgpu.ib.port"       # e.g. "1"
+# the job using a GPU (sources/gpu_owner.py): on every series of that GPU while it uses it
+SLURM_JOB_ID = "slurm.job.id"     # as on the resource (identity.py); no semantic convention exists
+SLURM_STEP_ID = "slurm.step.id"   # 0, 1, ..., batch, extern, interactive
+K8S_POD_UID = "k8s.pod.uid"
+K8S_POD_NAME = "k8s.pod.name"
+K8S_NAMESPACE = "k8s.namespace.name"
+CONTAINER_ID = "container.id"
+OWNER_ATTRIBUTES = (JOB, SLURM_JOB_ID, SLURM_STEP_ID, K8S_POD_UID, K8S_POD_NAME, K8S_NAMESPACE, CONTAINER_ID)
 
 _GPU = (HW_ID, HW_NAME, HW_VENDOR, HW_TYPE, GPU_INDEX)
 
@@ -116,7 +124,7 @@ PROCESS_DISK_IO = _g("process.disk.io", "By", "Bytes read/written by the process
 # ---- agent health -------------------------------------------------------------
 SOURCE_UP = _g(PREFIX + "agent.source.up", "{status}", "1 when the source's last read succeeded", (SOURCE,), "agent")
 SOURCE_DURATION = _g(PREFIX + "agent.source.duration", "s", "Duration of the source's last read", (SOURCE,), "agent")
-SOURCE_ERRORS = _g(PREFIX + "agent.source.errors", "{error}", "Failed reads (whole source, or a part such as one GPU or field)", (SOURCE,), "agent", kind="counter")
+SOURCE_ERRORS = _g(PREFIX + "agent.source.errors", "{error}", "Failed reads (whole source, or a part such as one GPU or field); with error.type: what a source dropped, by reason (process_pid_invalid, process_not_found: NVML PIDs that are no process here, each once while listed); sum by source for all", (SOURCE, ERROR_TYPE), "agent", kind="counter")
 EXPORT_FAILURES = _g(PREFIX + "agent.export.failures", "{export}", "OTLP exports that failed or timed out (their data points were dropped)", (), "agent", kind="counter")
 SCRAPE_REFUSED = _g(PREFIX + "agent.scrape.refused", "{connection}", "Scrape-endpoint connections closed unserved: idle ones evicted for new ones (connection cap, descriptors exhausted) and ones refused", (), "agent", kind="counter")
 SAMPLES = _g(PREFIX + "agent.samples", "{sample}", "Sampling rounds completed", (), "agent", kind="counter")
@@ -167,6 +175,8 @@ TRAIN_STEP_DURATION = _g(PREFIX + "train.step.duration", "s", "Wall time of one 
 TRAIN_STEPS = _g(PREFIX + "train.steps", "{step}", "Training steps completed", _RANKED, "training", kind="counter")
 TRAIN_SAMPLES = _g(PREFIX + "train.samples", "{sample}", "Samples processed by this rank (rate() gives samples/s)", _RANKED, "training", kind="counter")
 TRAIN_TOKENS = _g(PREFIX + "train.tokens", "{token}", "Tokens processed by this rank (rate() gives tokens/s)", _RANKED, "training", kind="counter")
+FLOPS_BASIS = "otelgpu.flops.basis"   # "6N+attention" (formula, padding excluded) | "measured" (FlopCounterMode once)
+TRAIN_FLOPS = _g(PREFIX + "train.flops", "{flop}", "Model FLOPs of the training batches this rank fetched (rate() gives FLOP/s); basis '6N+attention': 6 per trained and 4 per frozen matrix weight per non-padding token plus 12 x layers x hidden x sequence length (training/flops.py); 'measured': one step under FlopCounterMode times the steps counted", _RANKED + (FLOPS_BASIS,), "training", kind="counter")
 TRAIN_PHASE_TIME = _g(PREFIX + "train.phase.time", "s", "Exclusive wall time spent in a phase (rate() gives its share of wall time)", _RANKED + (PHASE,), "training", kind="counter")
 TRAIN_CHECKPOINTS = _g(PREFIX + "train.checkpoints", "{event}", "Checkpoint saves started / ended (start - end > 0: one in progress)", _RANKED + (CHECKPOINT_EVENT,), "training", kind="counter")
 COLLECTIVE = "otelgpu.collective"   # all_reduce, all_gather, reduce_scatter, broadcast, barrier, ..., ddp_allreduce

@@ -158,6 +158,10 @@ def _once(node, as_json: bool) -> int:
     for name, h in sampler.health.items():
         rows.append({"name": names.SOURCE_UP.name, "unit": names.SOURCE_UP.unit, "value": float(h.up),
                      "attributes": {**point, names.SOURCE: name}})
+    for source in node.sources:   # what a source dropped, by reason (NVML PIDs that are no process here)
+        for why, n in sorted(getattr(source, "error_reasons", {}).items()):
+            rows.append({"name": names.SOURCE_ERRORS.name, "unit": names.SOURCE_ERRORS.unit, "value": float(n),
+                         "attributes": {**point, names.SOURCE: source.name, names.ERROR_TYPE: why}})
     if as_json:
         json.dump(rows, sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -218,7 +218,19 @@ class Exported:
             values = [health[src.name].duration_s for src in self._sampler.sources]
         else:
             values = [health[src.name].errors + getattr(src, "partial_errors", 0) for src in self._sampler.sources]
+            reasons = [(src.name, why, n) for src in self._sampler.sources
+                       for why, n in sorted(getattr(src, "error_reasons", {}).items())]
+            if reasons:   # errors a source counts by reason: a series each, with error.type
+                return values + [n for _, _, n in reasons], self._reason_keys(tuple(r[:2] for r in reasons))
         return values, self._source_keys
+
+    def _reason_keys(self, reasons: tuple[tuple[str, str], ...]) -> tuple:
+        """The source keys plus one (source, error.type) key per reason, built once per set of reasons."""
+        cached = getattr(self, "_reasons_cached", None)
+        if cached is None or cached[0] != reasons:
+            keys = self._source_keys + tuple(((names.SOURCE, src), (names.ERROR_TYPE, why)) for src, why in reasons)
+            cached = self._reasons_cached = (reasons, keys)
+        return cached[1]
 
 
 class Instruments:

@@ -261,6 +261,13 @@ class FakeNvml:
             h.spec = gpu.spec
         gpu.migs = kept + created
 
+    def set_processes(self, index: int, processes: tuple[FakeProcess, ...]) -> None:
+        """What jobs starting and ending do: GPU `index` lists `processes` from now on."""
+        gpu = self._handles[index]
+        gpu.spec = replace(gpu.spec, processes=tuple(processes))
+        for h in gpu.migs:
+            h.spec = gpu.spec
+
     def __getattr__(self, name):
         if name.startswith(("NVML_", "NVMLError", "nvmlClocks", "nvmlEventType")):
             value = getattr(pynvml, name)

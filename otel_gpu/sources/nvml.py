@@ -100,6 +100,11 @@ class NvmlSource:
         """Partial failures so far (a field, a GPU), from the sampling round and background reads."""
         return self._errors + self._costly.errors
 
+    @property
+    def error_reasons(self) -> dict[str, int]:
+        """Errors counted apart from `partial_errors`, by `error.type`: NVML PIDs dropped (gpu_owner.py)."""
+        return dict(self._procs.dropped_counts)
+
     def _error(self, n: int = 1) -> None:
         with self._errors_lock:   # background reads count here too
             self._errors += n
@@ -127,7 +132,9 @@ class NvmlSource:
                     out.extend(self._read_device(dev, now, pids))
                 except DeviceLost as lost:
                     self._mark_lost(dev, str(lost))
-            out.extend(self._status(dev))
+            if dev.failed:
+                dev.labels.set(())   # a lost GPU runs no job
+            out.extend(dev.labels.apply(self._status(dev)))
         self._pids = pids
         self._procs.keep(pids)
         return out
@@ -245,13 +252,16 @@ class NvmlSource:
         out.extend(self._nvlink(dev))
         if dev.mig_mode == "enabled" and now - dev.migs_listed_at >= MIG_RESCAN_S:
             self._enumerate_migs(dev, now)   # an admin may have created or destroyed MIG devices
-        if dev.migs:
-            for mig in dev.migs:
-                out.extend(self._memory(mig))
-                out.extend(self._procs.readings(mig, pids))
-        else:
-            out.extend(self._procs.readings(dev, pids))
-        return out
+        if not dev.migs:
+            procs = self._procs.readings(dev, pids)   # sets dev.labels: its series carry the job using it
+            return dev.labels.apply(out) + procs
+        migs = []
+        for mig in dev.migs:
+            procs = self._procs.readings(mig, pids)
+            migs += mig.labels.apply(self._memory(mig)) + procs
+        owners = {m.labels.owner for m in dev.migs if m.labels.owner}   # the GPU's: its MIG devices' one owner
+        dev.labels.set(owners.pop() if len(owners) == 1 else ())
+        return dev.labels.apply(out) + migs
 
     @staticmethod
     def _clock_event_readings(dev: Device, mask: int) -> list[Reading]:
@@ -379,7 +389,8 @@ class NvmlSource:
                 "xid_events": dict(sorted(d.xid.items())),
             })
         return {"source": self.name, "driver_version": self.driver, "gpu_count": len(self.devices),
-                "partial_errors": self.partial_errors, "gpus": gpus, "field_costs": self._costly.field_costs()}
+                "partial_errors": self.partial_errors, "gpus": gpus, "field_costs": self._costly.field_costs(),
+                "dropped_processes": {str(pid): why for pid, why in sorted(self._procs.dropped.items())}}
 
     def close(self) -> None:
         """Free GPM samples and the event set, then `nvmlShutdown` (idempotent)."""

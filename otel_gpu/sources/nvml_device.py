@@ -18,6 +18,7 @@ from .. import names as N
 from ..readings import Reading
 from . import gpm as gpm_mod
 from . import nvml_errors as E
+from .gpu_owner import Labels
 from .nvml_cadence import CallCost, SlowField, timed
 
 KIB = 1024
@@ -93,7 +94,8 @@ class Device:
         self.slow: tuple[float, list[Reading]] | None = None   # (read at, readings) of the rarely changing fields
         self.by_mask: dict[int, list[Reading]] = {}   # clock-event mask -> its readings
         self.status: dict[int, tuple[Reading, Reading]] = {}   # 1 ok / 0 failed -> its hw.status readings
-        self.proc_attrs: dict[tuple, dict[str, str]] = {}   # (pid, (exe, rank)) -> its readings' attributes
+        self.proc_attrs: dict[tuple, dict[str, str]] = {}   # (pid, (exe, rank, owner)) -> its readings' attributes
+        self.labels = Labels()                      # the job using it (gpu_owner.py), set by each process listing
         self.attrs = {N.HW_ID: uuid, N.HW_NAME: name, N.HW_VENDOR: "nvidia", N.HW_TYPE: "gpu",
                       N.GPU_INDEX: str(index)}
         if parent is not None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+from .procfields import read_text
+
 # Looked up in this order: torchrun/DeepSpeed, Open MPI, MPICH/Intel MPI, Slurm.
 RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
 
@@ -32,12 +34,9 @@ def rank_from_env(env: dict[str, str]) -> str | None:
 
 def read_environ(pid: int, proc_root: str = "/proc") -> dict[str, str] | None:
     """The environment of `pid`, or None when it is gone or not ours to read."""
-    try:
-        with open(os.path.join(proc_root, str(pid), "environ"), "rb") as f:
-            return parse_environ(f.read())
-    except (FileNotFoundError, ProcessLookupError, PermissionError, NotADirectoryError):
-        return None
-    except OSError:  # e.g. ESRCH while the process exits
+    try:   # bounded: at most procfields.MAX_READ bytes (EFBIG beyond)
+        return parse_environ(read_text(os.path.join(proc_root, str(pid), "environ")).encode("utf-8", "surrogateescape"))
+    except OSError:  # gone, not ours to read, ESRCH while the process exits, too large
         return None
 
 

@@ -12,6 +12,7 @@ Regenerate (only when values are meant to change) or print a case's text to diff
 from __future__ import annotations
 
 import hashlib
+import os
 import sys
 import tempfile
 
@@ -45,6 +46,8 @@ def run_case(name: str) -> str:
     fake = FakeNvml(gpus=case["gpus"], clock=clock, costs={})
     lines = []
     with tempfile.TemporaryDirectory() as proc_root:
+        for pid in (4242, 77):   # the fake's processes exist here (PIDs not in /proc are dropped)
+            os.mkdir(os.path.join(proc_root, str(pid)))
         src = NvmlSource(nvml=fake, clock=clock, proc_root=proc_root, cadence=False)
         for k, step in enumerate(STEPS):
             t[0] += step
