@@ -65,7 +65,10 @@ def start_agent(interval: float, *flags: str, root: Path = ROOT,
                 extra_env: dict[str, str] | None = None) -> tuple[subprocess.Popen, int]:
     """The agent of the checkout at `root` (this one by default)."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(root), **(extra_env or {})}   # that checkout's package
+    # that checkout's package first; the rest of PYTHONPATH kept (where the dependencies are installed
+    # beside the interpreter's, as on the GPU machine, the agent could not start without it)
+    path = [str(root)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), **(extra_env or {})}
     proc = subprocess.Popen([sys.executable, "-m", "otel_gpu", "agent", "--no-live", *flags,
                              "--interval", str(interval), "--prometheus-port", str(port)],
                             cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

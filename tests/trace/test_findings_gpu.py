@@ -61,7 +61,7 @@ def test_item_every_step_drains_the_queue(tmp_path):
     torch.manual_seed(0)
     layers = [torch.nn.Linear(4096, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(8)]
     x = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
-    host = torch.randn(4096, 4096)  # pageable: the copy blocks the host
+    host = torch.randn(4096, 4096).to(torch.bfloat16)  # pageable: the copy blocks the host
 
     def step():
         h = x + host.to("cuda")
