@@ -72,13 +72,9 @@ def guarding() -> Iterator[subprocess.Popen | None]:
         yield guard
     finally:
         try:
-            os.write(write, DONE)
+            os.write(write, DONE)   # it reads this and ends by itself: not waited for (run ends sooner)
         finally:
             os.close(write)
-        try:
-            guard.wait(2.0)
-        except subprocess.TimeoutExpired:
-            pass   # it ends by itself; the interpreter's exit does not wait for it
 
 
 def _package_root() -> str:
