@@ -7,8 +7,9 @@
 # Lanes: tests = the `gpu`-marked tests (the NCCL ones first, on a quiet GPU, then the others); agent = doctor,
 # the agent's CPU beside node_exporter at 1 s and 0.1 s (bench_agent.py --real-gpus) and its RSS by mapping;
 # tune = the tuner's CUDA `gpu` test; job = a GPT-2-small job under `otel-gpu run` and its report. In `all`,
-# tune and job start once the agent's figures are taken (their GPU load and their own agents stay out of
-# them). Each step runs under its own limit, cut to what is left of GPU_CHECK_DEADLINE_S (290 s); a budget
+# the GPU-heavy steps run one after the other (NCCL tests, job, tuner: no job's GPU counters hold another's
+# kernels) while the agent's figures (the job on the GPU beside them: a training node) and the other tests
+# are taken. Each step runs under its own limit, cut to what is left of GPU_CHECK_DEADLINE_S (290 s); a budget
 # line per step goes to $out/budget.txt. Output, in $OUT or ./gpu-check-out: check figures and logs packed
 # in steps.tgz (refreshed after every step), budget.txt, report.html and recording.sqlite of the job.
 # Without a GPU, the steps that need one say so in one line and take no time. GPU_CHECK_JOB_ARGS replaces
@@ -56,9 +57,12 @@ machine() {
       torch.cuda.nccl.version() if torch.cuda.is_available() else \"no CUDA\")"; nproc; uname -r'
 }
 
-lane_tests() {  # the NCCL tests first (nothing else on the GPU yet), then every other gpu test but the tuner's
+tests_nccl() {  # first, while nothing else runs on the GPU: the Flight Recorder's times against the profiler's
   step tests-nccl 100 "${PYTEST[@]}" -m gpu --timeout 90 --junitxml "$work/junit-nccl.xml" \
        tests/gpu/test_collective_nccl.py tests/gpu/test_stall_nccl.py
+}
+
+tests_gpu() {  # every other gpu test but the tuner's (light GPU work: NVML reads, a few profiled steps)
   step tests-gpu 140 "${PYTEST[@]}" -m gpu --timeout 90 --junitxml "$work/junit-gpu.xml" \
        --continue-on-collection-errors --ignore tests/gpu/test_collective_nccl.py \
        --ignore tests/gpu/test_stall_nccl.py --deselect tests/tune/test_e2e_evidence.py::test_cuda_trials_carry_gpu_evidence tests/
@@ -125,14 +129,13 @@ EOF
 }
 
 case $what in
-all)
+all)   # the GPU-heavy steps one after the other (NCCL, job, tune: ~4 min), the light ones beside them
   machine
-  lane_tests & tests=$!
+  { tests_nccl; lane_job; lane_tune; } & heavy=$!
   lane_agent
-  lane_tune & tune=$!
-  lane_job
-  wait "$tests" "$tune" ;;
-tests) machine; lane_tests ;;
+  tests_gpu
+  wait "$heavy" ;;
+tests) machine; tests_nccl; tests_gpu ;;
 agent) machine; lane_agent ;;
 tune) machine; lane_tune ;;
 job) machine; lane_job ;;
