@@ -43,6 +43,7 @@ def instrument(engine: Any) -> Any:
     phase_method(engine, "save_checkpoint", "checkpoint")
     if hasattr(engine, "eval_batch"):   # pipeline engines
         phase_method(engine, "eval_batch", "eval")
+    session.model_seen(getattr(engine, "module", None))
     engine._otelgpu_instrumented = True
     return engine
 

@@ -197,6 +197,7 @@ def _adopt(module, t) -> None:
             post = module.register_forward_hook(_root_post)
         _roots.append((pre, post))
         _adopted.add(module)
+        session.model_seen(module)
         if _search["found_at"] is None:
             _search["found_at"] = t.boundaries
     _begin(module, t)

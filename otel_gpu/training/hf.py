@@ -6,9 +6,10 @@
 `instrument` adds the callback (steps between `on_step_begin` and `on_step_end`,
 the optimizer phase) and times the trainer's own methods: `get_batch_samples`
 (data_wait), `compute_loss` (forward), `accelerator.backward` (backward),
-`_save_checkpoint` (checkpoint), `evaluate` (eval); samples and tokens come from
-each batch's `input_ids` shape (padding included; no GPU sync). The callback alone
-gives steps, the optimizer phase and samples from the batch-size arguments.
+`_save_checkpoint` (checkpoint), `evaluate` (eval); samples come from each batch's
+`input_ids` shape (no GPU sync); non-padding tokens are counted where the DataLoader
+returns the batch (`torch_hooks`, `tokens`). The callback alone gives steps, the
+optimizer phase and samples from the batch-size arguments.
 """
 from __future__ import annotations
 
@@ -27,7 +28,6 @@ class OtelGpuCallback(TrainerCallback):
 
     def __init__(self):
         self.samples = 0      # counted from batches by instrument(); 0: use the arguments
-        self.tokens = 0
 
     def on_train_begin(self, args, state, control, **kwargs):
         t = session.timer()
@@ -54,8 +54,8 @@ class OtelGpuCallback(TrainerCallback):
         if t is None:
             return
         samples = self.samples or args.per_device_train_batch_size * args.gradient_accumulation_steps
-        t.end_step(DRIVER, samples=samples, tokens=self.tokens or None)
-        self.samples = self.tokens = 0
+        t.end_step(DRIVER, samples=samples)
+        self.samples = 0
 
 
 def _count_batch(callback: OtelGpuCallback):
@@ -64,7 +64,6 @@ def _count_batch(callback: OtelGpuCallback):
         shape = getattr(ids, "shape", None)
         if shape is not None and len(shape) >= 1:
             callback.samples += int(shape[0])
-            callback.tokens += int(ids.numel())
     return count
 
 
@@ -82,6 +81,7 @@ def instrument(trainer: Any) -> Any:
     accelerator = getattr(trainer, "accelerator", None)
     if accelerator is not None:
         phase_method(accelerator, "backward", "backward")
+    session.model_seen(getattr(trainer, "model", None))
     trainer._otelgpu_instrumented = True
     return trainer
 

@@ -46,6 +46,7 @@ class _Hooks:
     """The callback body, independent of which Lightning package provides the base class."""
 
     def on_fit_start(self, trainer, pl_module):
+        session.model_seen(pl_module)
         phase_method(trainer, "save_checkpoint", "checkpoint")
         val_loop = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "val_loop", None)
         if val_loop is not None:

@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+import weakref
 from typing import Mapping
 
 from opentelemetry.metrics import Observation
@@ -26,6 +27,7 @@ from ..export import (import_exporter, merged_resource, meter_provider, otlp_exp
                       periodic_reader)
 from ..identity import point_attributes, rank_info, resource_attributes
 from ..values import SWITCH_OFF
+from . import flops
 from .timing import Timer
 
 log = logging.getLogger("otel_gpu.training")
@@ -33,7 +35,7 @@ log = logging.getLogger("otel_gpu.training")
 TRAINING_SPECS = (names.TRAIN_STEP_DURATION, names.TRAIN_STEPS, names.TRAIN_SAMPLES, names.TRAIN_TOKENS,
                   names.TRAIN_PHASE_TIME, names.TRAIN_CHECKPOINTS, names.TRAIN_COLLECTIVE_TIME,
                   names.TRAIN_CHECKPOINT_LAST, names.TRAIN_COLLECTIVE_COUNT, names.TRAIN_COLLECTIVE_UNMEASURED,
-                  names.TRAIN_STEP_LAST, names.TRAIN_COLLECTIVE_OPEN, names.TRAIN_COLLECTIVE_SEQ)
+                  names.TRAIN_STEP_LAST, names.TRAIN_COLLECTIVE_OPEN, names.TRAIN_COLLECTIVE_SEQ, names.TRAIN_FLOPS)
 names.register(*TRAINING_SPECS)
 EXIT_TIMEOUT_S = 5.0   # longest the final flush (metrics and profile at once) may hold the exit of a rank
 
@@ -83,7 +85,12 @@ class OtelSink:
         self.attrs = dict(attrs)
         self.steps = 0
         self.samples = 0.0
-        self.tokens = 0.0
+        self.tokens = 0.0                      # given by the program (step(tokens=...)); wins when set
+        self.tokens_counted = 0.0              # non-padding tokens of the training batches fetched
+        self.token_positions = 0.0             # sum of tokens x sequence length (the attention term's basis)
+        self.model = None                      # weakref to the model trained (the largest seen), for its FLOPs
+        self._model_size = -1
+        self._shape = None                     # flops.Shape of that model, read once on the exporter thread
         self.phase_s: dict[str, float] = {}
         self.checkpoints = {"start": 0, "end": 0}
         self.checkpoint_last: dict[str, float] = {}            # event -> unix time of the latest
@@ -103,6 +110,7 @@ class OtelSink:
         meter.create_observable_counter(spec.name, [self._observe_steps], unit="{step}", description=spec.description)
         for spec, unit, fn in ((names.TRAIN_SAMPLES, "{sample}", self._observe_samples),
                                (names.TRAIN_TOKENS, "{token}", self._observe_tokens),
+                               (names.TRAIN_FLOPS, "{flop}", self._observe_flops),
                                (names.TRAIN_PHASE_TIME, "s", self._observe_phases),
                                (names.TRAIN_CHECKPOINTS, "{event}", self._observe_checkpoints),
                                (names.TRAIN_COLLECTIVE_TIME, "s", self._observe_collectives),
@@ -126,6 +134,18 @@ class OtelSink:
             self.samples += samples
         if tokens:
             self.tokens += tokens
+
+    def fetched(self, tokens, seq):
+        """A training batch of `tokens` non-padding tokens in sequences of `seq` positions was fetched."""
+        self.tokens_counted += tokens
+        self.token_positions += tokens * seq
+
+    def model_seen(self, model):
+        """`model` is trained here (an integration's model, a plain loop's outermost module): the one
+        with the most parameters is the one whose FLOPs are counted. Once per model, not per step."""
+        size = sum(int(getattr(p, "ds_numel", 0) or p.numel()) for p in model.parameters())
+        if size > self._model_size:
+            self.model, self._model_size, self._shape = weakref.ref(model), size, None
 
     def phase(self, name, seconds):
         self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
@@ -163,7 +183,25 @@ class OtelSink:
         return [Observation(self.samples, self.attrs)] if self.samples else []
 
     def _observe_tokens(self, options):
-        return [Observation(self.tokens, self.attrs)] if self.tokens else []
+        tokens = self.tokens or self.tokens_counted
+        return [Observation(tokens, self.attrs)] if tokens else []
+
+    def _observe_flops(self, options):
+        ref, tokens = self.model, self.tokens_counted
+        if ref is None or not tokens:
+            return []
+        shape = self._shape
+        if shape is None:
+            model = ref()
+            if model is None:
+                return []
+            shape = self._shape = flops.model_shape(model)
+            if shape.why_not:
+                log.info("otel-gpu: model FLOPs not checked: %s", shape.why_not)
+        if shape.why_not:
+            return []
+        value = flops.model_flops(shape, tokens, self.token_positions)
+        return [Observation(value, {**self.attrs, names.FLOPS_BASIS: flops.BASIS_ATTENTION})]
 
     def _observe_phases(self, options):
         # with the timer's live totals, a phase still open counts up to now: a long save is spread
@@ -284,6 +322,7 @@ _session: Session | None = None
 # run once when the session starts: the torch hooks (data wait, backward, collective wait), which the
 # package registers (otel_gpu/training/__init__.py) so that they import this module and never the reverse
 ON_START: list = []
+_pending_model = None   # weakref to a model found before the session started
 _forked = False      # this process is a fork of one that had a session: no profiler here
 _disabled = False
 
@@ -311,6 +350,9 @@ def current(env: Mapping[str, str] | None = None) -> Session | None:
             log.warning("otel-gpu training telemetry off: %r", exc)
             return None
         atexit.register(_shutdown_at_exit)
+        pending = _pending_model() if _pending_model is not None else None
+        if pending is not None:
+            model_seen(pending)
         if env.get("OTELGPU_STACKS_DIR", "").strip():   # set by `otel-gpu run --record`: stacks on a signal
             _stacks_on_request(env, _session.attrs.get(names.RANK, "0"))
         for start in ON_START:
@@ -347,6 +389,21 @@ def prepare(env: Mapping[str, str] | None = None) -> None:
         return   # said once, when the session starts
     except ImportError as exc:
         log.debug("otel-gpu: not imported ahead: %r", exc)
+
+
+def model_seen(model) -> None:
+    """An integration found the model being trained (for its FLOPs); never raises."""
+    global _pending_model
+    if model is None:
+        return
+    seen = getattr(getattr(_session, "sink", None), "model_seen", None)
+    try:
+        if seen is None:   # before the session starts (a Trainer being built): kept for it
+            _pending_model = weakref.ref(model)
+            return
+        seen(model)
+    except Exception as exc:  # never let our bug reach the training loop
+        log.warning("otel-gpu: model FLOPs not counted: %r", exc)
 
 
 def timer() -> Timer | None:

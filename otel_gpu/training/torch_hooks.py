@@ -12,7 +12,10 @@ see `forward.before_fetch`), `torch.save` is a checkpoint save
 (the frameworks' own save functions, which call it, are one save) and the model call of a
 loop that no integration times is the "forward" phase (`forward`), or opens an evaluation pass
 ("eval") when the model is called without gradients or in eval mode; a backward pass, an
-optimizer step or a training batch's fetch ends that pass.
+optimizer step or a training batch's fetch ends that pass. A training batch's non-padding tokens
+are counted from the batch the loader returned, on the host, before the program moves it (`tokens`),
+at the iterator's next fetch or end (a batch fetched ahead and never trained is not counted; a loop
+that breaks out after training on a batch leaves that last batch uncounted).
 
 Telemetry starts when a DataLoader iterator is made (`iter(loader)`, set-up), so its start-up
 is not in the first batch that the program times.
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import functools
 
-from . import forward, session
+from . import forward, session, tokens
 
 DRIVER = "optimizer"
 _handles: list = []
@@ -92,12 +95,35 @@ def _next(original):
         forward.training_data(dataset)
         t.enter("data_wait")
         try:
-            return original(self)
+            batch = original(self)
+        except StopIteration:
+            _count(t, self, None)
+            raise
         finally:
             t.exit("data_wait")
+        _count(t, self, batch)
+        return batch
 
     __next__._otelgpu = True
     return __next__
+
+
+def _count(t, iterator, batch) -> None:
+    """The non-padding tokens of `iterator`'s previous training batch to the sink, `batch`'s kept until the
+    next fetch or the end of the iterator (None: it ended): a wrapper that fetches one batch ahead
+    (accelerate's DataLoaderShard under the HF Trainer, Lightning's prefetch) leaves its last batch
+    untrained when training stops mid-epoch, and that batch is not counted. Host tensors only (`tokens`)."""
+    if t.broken:
+        return
+    try:
+        pending = getattr(iterator, "_otelgpu_tokens", None)
+        fetched = getattr(t.sink, "fetched", None)
+        if pending is not None and fetched is not None:
+            fetched(*pending)
+        iterator._otelgpu_tokens = tokens.batch_tokens(batch) if batch is not None else None
+    except Exception as exc:  # never let our bug reach the training loop
+        t.broken = True
+        session.log.warning("otel-gpu training telemetry disabled after an internal error: %r", exc)
 
 
 def _start_at_iter(original):

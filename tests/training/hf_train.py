@@ -18,7 +18,9 @@ class RandomTokens(torch.utils.data.Dataset):
         return len(self.ids)
 
     def __getitem__(self, i):
-        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+        mask = torch.ones_like(self.ids[i])
+        mask[-3:] = 0   # every row padded at its last 3 positions: tokens are 13 per row whatever the order
+        return {"input_ids": self.ids[i], "attention_mask": mask, "labels": self.ids[i]}
 
 
 def main(out_dir: str, explicit: bool):

@@ -1,0 +1,53 @@
+"""Tokens of a training batch, counted on the host from the batch a DataLoader returns.
+
+A batch is what the loader's `__next__` gives back, before the program moves it to a GPU:
+a mapping (a dict, a tokenizer's `BatchEncoding`) with `input_ids` and, where padding was
+added, `attention_mask`; a tuple or list whose first item is such a mapping or a token-id
+tensor; or a token-id tensor alone (integer dtype, 2-D: batch x sequence).
+
+Tokens are the non-padding ones: the sum of a 0/1 (or bool) attention mask, as tokenizers
+and collators make it; without a mask, every id of `input_ids` (its shape only). A mask that
+is not on the CPU is never read (reading it would wait for the GPU): that batch is not
+counted. Nothing here synchronises with a device or changes the batch.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+MASK = "attention_mask"
+IDS = "input_ids"
+
+
+def _is_int_tensor(x: Any, dims: int = 2) -> bool:
+    dtype = getattr(x, "dtype", None)
+    shape = getattr(x, "shape", None)
+    if dtype is None or shape is None or len(shape) != dims:
+        return False
+    return not (dtype.is_floating_point or dtype.is_complex)
+
+
+def _parts(batch: Any) -> tuple[Any, Any]:
+    """(input ids, attention mask) of a batch, each None when absent."""
+    if isinstance(batch, Mapping):
+        ids, mask = batch.get(IDS), batch.get(MASK)
+        return (ids if _is_int_tensor(ids) else None), mask
+    if isinstance(batch, (tuple, list)) and batch:
+        first = batch[0]
+        if isinstance(first, Mapping):
+            return _parts(first)
+        return (first if _is_int_tensor(first) else None), None
+    return (batch if _is_int_tensor(batch) else None), None
+
+
+def batch_tokens(batch: Any) -> tuple[int, int] | None:
+    """(non-padding tokens, sequence length) of one batch, or None when it holds no tokens that can be
+    counted without a device read (no token ids, a mask on a GPU, a mask that is not 2-D 0/1)."""
+    ids, mask = _parts(batch)
+    if mask is not None:
+        if not _is_int_tensor(mask) or mask.device.type != "cpu":
+            return None
+        return int(mask.numpy().sum()), int(mask.shape[-1])
+    if ids is None:
+        return None
+    return int(ids.numel()), int(ids.shape[-1])
