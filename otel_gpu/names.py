@@ -44,6 +44,7 @@ SOURCE = "otelgpu.source"
 PHASE = "otelgpu.phase"
 IB_DEVICE = "otelgpu.ib.device"   # e.g. "mlx5_0"
 IB_PORT = "otelgpu.ib.port"       # e.g. "1"
+NVLINK_LINK = "otelgpu.nvlink.link"   # NVLink link index, "0".."17"
 # the job using a GPU (sources/gpu_owner.py): on every series of that GPU while it uses it
 SLURM_JOB_ID = "slurm.job.id"     # as on the resource (identity.py); no semantic convention exists
 SLURM_STEP_ID = "slurm.step.id"   # 0, 1, ..., batch, extern, interactive
@@ -75,6 +76,18 @@ GPU_ERRORS = _g("hw.errors", "{error}", "ECC errors (volatile, read every 10 s) 
 GPU_STATUS = _g("hw.status", "1", "1 for the GPU's current state (ok / failed), 0 for the other", _GPU + (HW_STATE,), "nvml", "NVIDIA", kind="updowncounter")
 GPU_PCIE_IO = _g("hw.gpu.io", "By", "PCIe bytes (integrated from NVML's 20 ms PCIe throughput sample)", _GPU + (DIRECTION,), "nvml", "NVIDIA, not MIG", kind="counter")
 GPU_NVLINK_IO = _g(PREFIX + "gpu.nvlink.io", "By", "NVLink data bytes, all links", _GPU + (DIRECTION,), "nvml", "NVIDIA with NVLink", kind="counter")
+# health (sources/nvml_health.py), read every 10 s
+GPU_REMAPPED_ROWS = _g(PREFIX + "gpu.memory.remapped_rows", "{row}", "Memory rows remapped, by the error that caused it (correctable / uncorrectable; read every 10 s)", _GPU + (ERROR_TYPE,), "nvml", "NVIDIA Ampere+ data-center", kind="updowncounter")
+GPU_ROW_REMAP_PENDING = _g(PREFIX + "gpu.memory.row_remap.pending", "1", "1 when a row remap waits for a GPU reset (read every 10 s)", _GPU, "nvml", "NVIDIA Ampere+ data-center", kind="updowncounter")
+GPU_ROW_REMAP_FAILED = _g(PREFIX + "gpu.memory.row_remap.failed", "1", "1 when a row remap failed (the GPU needs service; read every 10 s)", _GPU, "nvml", "NVIDIA Ampere+ data-center", kind="updowncounter")
+GPU_RETIRED_PAGES = _g(PREFIX + "gpu.memory.retired_pages", "{page}", "Memory pages retired, by cause (single_bit_ecc / double_bit_ecc; read every 10 s)", _GPU + (ERROR_TYPE,), "nvml", "NVIDIA data-center before Ampere", kind="updowncounter")
+GPU_NVLINK_ERRORS = _g(PREFIX + "gpu.nvlink.errors", "{error}", "NVLink data-link errors, all links (replay, recovery, crc_flit, crc_data; read every 10 s)", _GPU + (ERROR_TYPE,), "nvml", "NVIDIA with NVLink", kind="counter")
+GPU_NVLINK_LINK_ERRORS = _g(PREFIX + "gpu.nvlink.link.errors", "{error}", "NVLink data-link errors of one link, for links with any (a link's series appears with its first error; read every 10 s)", _GPU + (NVLINK_LINK, ERROR_TYPE), "nvml", "NVIDIA with NVLink", kind="counter")
+GPU_PCIE_REPLAYS = _g(PREFIX + "gpu.pcie.replays", "{replay}", "PCIe replays (link-level retransmissions; read every 10 s)", _GPU, "nvml", "NVIDIA", kind="counter")
+GPU_PCIE_LINK_GENERATION = _g(PREFIX + "gpu.pcie.link.generation", "{generation}", "Current PCIe link generation (lowered while idle; read every 10 s)", _GPU, "nvml", "NVIDIA")
+GPU_PCIE_LINK_GENERATION_MAX = _g(PREFIX + "gpu.pcie.link.generation.max", "{generation}", "Highest PCIe link generation the GPU and its slot support (read every 10 s)", _GPU, "nvml", "NVIDIA")
+GPU_PCIE_LINK_WIDTH = _g(PREFIX + "gpu.pcie.link.width", "{lane}", "Current PCIe link width (read every 10 s)", _GPU, "nvml", "NVIDIA")
+GPU_PCIE_LINK_WIDTH_MAX = _g(PREFIX + "gpu.pcie.link.width.max", "{lane}", "Widest PCIe link the GPU and its slot support (read every 10 s)", _GPU, "nvml", "NVIDIA")
 GPU_PROCESS_MEMORY = _g(PREFIX + "gpu.process.memory.usage", "By", "GPU memory used by one process", _GPU + (PID, EXECUTABLE, RANK), "nvml", "NVIDIA")
 
 # ---- GPU: NVML GPM (Hopper and newer) -------------------------------------

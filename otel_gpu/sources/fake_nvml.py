@@ -110,6 +110,11 @@ class FakeGpu:
     clock_event_reasons: int | None = None        # fixed bit mask, else from load and power
     ecc_errors: tuple[int, int] = (0, 0)          # volatile corrected, uncorrected
     xids: tuple[int, ...] = ()                    # XID codes pending at start
+    remapped_rows: tuple[int, int, bool, bool] = (0, 0, False, False)   # corrected, uncorrected, pending, failed
+    retired_pages: tuple[int, int] = (0, 0)       # single-bit, double-bit (pre-Ampere only: NOT_SUPPORTED after)
+    nvlink_errors: tuple[tuple[int, int, int, int], ...] = ()   # per link: replay, recovery, CRC flit, CRC data
+    pcie_replays: int = 0
+    pcie_link: tuple[int, int, int, int] = (5, 16, 5, 16)   # current generation, width; maximum generation, width
     processes: tuple[FakeProcess, ...] = ()
     mig_devices: tuple[FakeMig, ...] = ()
     not_supported: frozenset[str] = frozenset()   # NVML function names answering NOT_SUPPORTED
@@ -137,7 +142,8 @@ def a100(**kw) -> FakeGpu:
     """An A100-SXM4-80GB (Ampere: no GPM, 12 NVLinks, 500 W)."""
     return FakeGpu(**{"name": "NVIDIA A100-SXM4-80GB", "arch": "ampere", "memory_total": 81920 * MIB,
                       "power_limit_w": 500.0, "idle_power_w": 60.0, "load_power_w": 410.0,
-                      "sm_clock_mhz": (210, 1410), "mem_clock_mhz": 1593, "nvlinks": 12, **kw})
+                      "sm_clock_mhz": (210, 1410), "mem_clock_mhz": 1593, "nvlinks": 12, "pcie_link": (4, 16, 4, 16),
+                      **kw})
 
 
 H100_MIG = (FakeMig("3g.40gb", 40448 * MIB, 11091 * MIB), FakeMig("2g.20gb", 20096 * MIB, 17 * MIB),
@@ -475,6 +481,55 @@ class FakeNvml:
     def nvmlDeviceGetTotalEccErrors(self, h, error_type, counter_type):
         s = self._enter("nvmlDeviceGetTotalEccErrors", h, error_type, counter_type).spec
         return s.ecc_errors[0 if error_type == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED else 1]
+
+    # ---- health ----------------------------------------------------------------------------
+    def _gpu_only(self, fn: str, h: _Handle, *args) -> _Handle:
+        """Calls a MIG device answers NOT_SUPPORTED (its GPU answers them)."""
+        self._enter(fn, h, *args)
+        if h.mig is not None:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return h
+
+    def nvmlDeviceGetRemappedRows(self, h):
+        s = self._gpu_only("nvmlDeviceGetRemappedRows", h).spec
+        if _ARCH.get(s.arch, 0) < _ARCH["ampere"]:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        corrected, uncorrected, pending, failed = s.remapped_rows
+        return (corrected, uncorrected, int(pending), int(failed))
+
+    def nvmlDeviceGetRetiredPages(self, h, cause):
+        s = self._gpu_only("nvmlDeviceGetRetiredPages", h, cause).spec
+        if _ARCH.get(s.arch, 0) >= _ARCH["ampere"]:
+            raise _err(pynvml.NVML_ERROR_NOT_SUPPORTED)   # row remapping replaced page retirement
+        n = s.retired_pages[0 if cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS else 1]
+        return [0x1000 * (k + 1) for k in range(n)]
+
+    def nvmlDeviceGetNvLinkErrorCounter(self, h, link, counter):
+        s = self._gpu_only("nvmlDeviceGetNvLinkErrorCounter", h, link, counter).spec
+        if not 0 <= link < s.nvlinks:
+            raise _err(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return s.nvlink_errors[link][counter] if link < len(s.nvlink_errors) else 0
+
+    def nvmlDeviceGetPcieReplayCounter(self, h):
+        return self._gpu_only("nvmlDeviceGetPcieReplayCounter", h).spec.pcie_replays
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return self._enter("nvmlDeviceGetCurrPcieLinkGeneration", h).spec.pcie_link[0]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self._enter("nvmlDeviceGetCurrPcieLinkWidth", h).spec.pcie_link[1]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return self._enter("nvmlDeviceGetMaxPcieLinkGeneration", h).spec.pcie_link[2]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return self._enter("nvmlDeviceGetMaxPcieLinkWidth", h).spec.pcie_link[3]
+
+    def set_health(self, index: int, **fields) -> None:
+        """What a failing GPU does while the agent runs: GPU `index`'s health fields (`remapped_rows`,
+        `nvlink_errors`, `pcie_replays`, `pcie_link`, ...) take these values from now on."""
+        gpu = self._handles[index]
+        gpu.spec = replace(gpu.spec, **fields)
 
     def nvmlDeviceGetPcieThroughput(self, h, counter):
         self._enter("nvmlDeviceGetPcieThroughput", h, counter)

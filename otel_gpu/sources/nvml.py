@@ -30,6 +30,7 @@ from .nvml_cadence import BUDGET_CPU, timed
 from .nvml_costs import FIELDS, CostlyFields
 from .nvml_device import (CLOCK_FNS, CLOCK_REASONS, KIB, MIG_RESCAN_S, SKIP, Device, DeviceLost, call,
                           clock_reason_items, clock_reason_values, mig_profile, text)
+from .nvml_health import health_readings
 from .nvml_procs import GpuProcesses
 
 _VALUE_FIELD = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}  # by valueType
@@ -170,6 +171,7 @@ class NvmlSource:
             self._enumerate_migs(dev, self._clock())
         links = self._field_values(dev, "nvlink", [nvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
         dev.nvlink = bool(links and links[0])
+        dev.nvlinks = int(links[0]) if dev.nvlink else 0
         if not dev.nvlink:
             dev.unsupported.setdefault("nvlink", "no NVLink")
         try:
@@ -292,7 +294,7 @@ class NvmlSource:
                 new_reading(Reading, (N.GPU_MEMORY_LIMIT, float(m.total), dev.attrs))]
 
     def _slow(self, dev: Device, now: float) -> list[Reading]:
-        """Power limit and volatile ECC totals: they change by an admin's action or rarely, so
+        """Power limit, volatile ECC totals and health (nvml_health.py): they change by an admin's action or rarely, so
         they are read every SLOW_READ_S seconds and the same readings repeated in between."""
         if dev.slow is not None and now - dev.slow[0] < SLOW_READ_S:
             return dev.slow[1]
@@ -305,6 +307,7 @@ class NvmlSource:
             n = self._call(dev, kind, "nvmlDeviceGetTotalEccErrors", dev.handle, etype, nvml.NVML_VOLATILE_ECC)
             if n is not SKIP:
                 out.append(Reading(N.GPU_ERRORS, float(n), dev.tagged(N.ERROR_TYPE, kind)))
+        out += health_readings(nvml, self._call, dev, dev.nvlinks, self._error)   # row remap, NVLink/PCIe errors, link
         dev.slow = (now, out)
         return out
 

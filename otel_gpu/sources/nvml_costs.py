@@ -26,14 +26,17 @@ ENERGY_MIN_INTERVAL_S = 10.0   # seconds between energy counter reads per device
 GPM_PCIE = {"transmit": "NVML_GPM_METRIC_PCIE_TX_PER_SEC", "receive": "NVML_GPM_METRIC_PCIE_RX_PER_SEC"}
 FIELDS = ("utilization", "memory", "power", "power_limit", "energy", "temperature", "clock_sm", "clock_memory",
           "clock_events", "ecc_corrected", "ecc_uncorrected", "pcie_transmit", "pcie_receive", "nvlink",
-          "processes", "xid", "mig")  # metric groups, as describe() names them
+          "processes", "xid", "mig", "row_remap", "retired_pages", "nvlink_errors", "pcie_replay",
+          "pcie_link")  # metric groups, as describe() names them
 CALLS = {"utilization": "GetUtilizationRates", "memory": "GetMemoryInfo", "power": "GetPowerUsage",
          "power_limit": "GetEnforcedPowerLimit", "energy": "GetTotalEnergyConsumption", "temperature": "GetTemperature",
          "clock_sm": "GetClockInfo", "clock_memory": "GetClockInfo", "clock_events": "GetCurrentClocksEventReasons",
          "ecc_corrected": "GetTotalEccErrors", "ecc_uncorrected": "GetTotalEccErrors",
          "pcie_transmit": "GetPcieThroughput", "pcie_receive": "GetPcieThroughput", "nvlink": "GetFieldValues",
          "processes": "GetComputeRunningProcesses", "xid": "nvmlEventSetWait", "mig": "GetMigMode",
-         "gpm": "nvmlGpmSampleGet"}   # field -> NVML call (nvmlDevice prefix left out)
+         "gpm": "nvmlGpmSampleGet", "row_remap": "GetRemappedRows", "retired_pages": "GetRetiredPages",
+         "nvlink_errors": "GetNvLinkErrorCounter", "pcie_replay": "GetPcieReplayCounter",
+         "pcie_link": "GetCurrPcieLinkGeneration"}   # field -> NVML call (nvmlDevice prefix left out)
 _GPM_PCIE_NAMES = frozenset(GPM_PCIE.values())
 
 
@@ -219,12 +222,13 @@ class CostlyFields:
 
         if name == "energy" and period("energy"):
             return f"every {period('energy'):.0f} s, background (costly)"
-        if name.startswith("pcie_"):
+        if name in ("pcie_transmit", "pcie_receive"):
             if live and all(self.pcie_from_gpm(d) for d in live):
                 return "every sample, from GPM"
             return f"every {period('pcie'):.0f} s, background (costly)" if self.cadence else \
                 f"every {PCIE_MIN_INTERVAL_S:g} s"
-        if name in ("power_limit", "ecc_corrected", "ecc_uncorrected"):
+        if name in ("power_limit", "ecc_corrected", "ecc_uncorrected", "row_remap", "retired_pages", "nvlink_errors",
+                    "pcie_replay", "pcie_link"):
             return f"every {SLOW_READ_S:g} s (rarely changes)"
         if name == "mig":
             return f"at start; MIG listed every {MIG_RESCAN_S:g} s"

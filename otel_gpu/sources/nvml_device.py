@@ -95,6 +95,8 @@ class Device:
         self.by_mask: dict[int, list[Reading]] = {}   # clock-event mask -> its readings
         self.status: dict[int, tuple[Reading, Reading]] = {}   # 1 ok / 0 failed -> its hw.status readings
         self.proc_attrs: dict[tuple, dict[str, str]] = {}   # (pid, (exe, rank, owner)) -> its readings' attributes
+        self.nvlinks = 0                            # NVLink count (probed)
+        self.dead_links: set[int] = set()           # NVLink links that answer no error counter
         self.labels = Labels()                      # the job using it (gpu_owner.py), set by each process listing
         self.attrs = {N.HW_ID: uuid, N.HW_NAME: name, N.HW_VENDOR: "nvidia", N.HW_TYPE: "gpu",
                       N.GPU_INDEX: str(index)}
@@ -109,6 +111,13 @@ class Device:
         self.clock_attrs = (self.tagged(N.CLOCK_DOMAIN, "sm"), self.tagged(N.CLOCK_DOMAIN, "memory"))
         self.direction_attrs = {d: self.tagged(N.DIRECTION, d) for d in ("transmit", "receive")}
         self.gpm_plan: tuple | None = None   # how its GPM values become readings (gpm.reading_plan)
+
+    def link_attrs(self, link: int, counter: str) -> dict[str, str]:
+        """`attrs` plus an NVLink link and an error counter, built once (never mutate it)."""
+        attrs = self._tagged.get((link, counter))
+        if attrs is None:
+            attrs = self._tagged[(link, counter)] = {**self.attrs, N.NVLINK_LINK: str(link), N.ERROR_TYPE: counter}
+        return attrs
 
     def tagged(self, key: str, value: str) -> dict[str, str]:
         """`attrs` plus one attribute, built once (readings share it: never mutate it)."""
