@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .comm import comm_bound
+from .consistency import gpu_consistency
 from .findings import Finding, rank_findings, worst_severity
 from .periodic import periodic_stalls
 from .rules_gpu import memory_pressure, sm_idle, throttling
@@ -28,7 +29,7 @@ from .window import DiagnoseError, Window, fetch_window
 Rule = Callable[[Window, Thresholds], list[Finding]]
 
 RULES: list[Rule] = [sm_idle, comm_bound, checkpoint, input_bound, unphased_time, straggler, periodic_stalls,
-                     evaluation, epoch_boundaries, throttling, memory_pressure, tensor_idle, stall]
+                     evaluation, epoch_boundaries, throttling, memory_pressure, tensor_idle, stall, gpu_consistency]
 
 
 def run_rules(w: Window, th: Thresholds | None = None, rules: list[Rule] | None = None) -> list[Finding]:

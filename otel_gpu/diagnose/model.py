@@ -72,6 +72,9 @@ class GpuStats:
     mem_limit_b: float | None = None
     throttle: dict[str, float] = field(default_factory=dict)  # reason -> share of window active
     ranks: list[str] = field(default_factory=list)
+    model: str = ""                   # hw.name ("" when not known)
+    pcie_gen: float | None = None     # highest PCIe link generation reached in the window
+    pcie_width: float | None = None   # widest PCIe link (lanes) reached in the window
     samples: int = 0
     first_t: float | None = None
     last_t: float | None = None

@@ -136,6 +136,8 @@ def parse_gpus(result: list[Series]) -> list[GpuStats]:
             mem_limit_b=v.get("mem_limit"),
             throttle={k[len("throttle_"):]: x for k, x in v.items() if k.startswith("throttle_") and x is not None},
             ranks=sorted((k[len("rank_"):] for k in v if k.startswith("rank_") and k != "rank_"), key=_int),
+            model=min((k[len("model_"):] for k in v if k.startswith("model_") and k != "model_"), default=""),
+            pcie_gen=v.get("pcie_gen"), pcie_width=v.get("pcie_width"),
             samples=int(v.get("n") or 0), first_t=v.get("t0"), last_t=v.get("t1")))
     return out
 

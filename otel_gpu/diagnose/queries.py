@@ -199,6 +199,9 @@ def gpu_summary(agent_sel: str, w: float, res: float) -> str:
         "mem_limit": f"max {g} (max_over_time({selector(N.GPU_MEMORY_LIMIT, agent_sel)}[{W}]))",
         "throttle:otelgpu_clock_event_reason": f"avg by ({GPU_BY}, otelgpu_clock_event_reason) (avg_over_time({reasons}[{W}]))",
         "rank:otelgpu_rank": f"max by ({GPU_BY}, otelgpu_rank) (max_over_time({selector(N.GPU_PROCESS_MEMORY, agent_sel)}[{W}]))",
+        "model:hw_name": f"max by ({GPU_BY}, hw_name) (max_over_time({mem}[{W}]))",   # consistency.py
+        "pcie_gen": f"max {g} (max_over_time({selector(N.GPU_PCIE_LINK_GENERATION, agent_sel)}[{W}]))",
+        "pcie_width": f"max {g} (max_over_time({selector(N.GPU_PCIE_LINK_WIDTH, agent_sel)}[{W}]))",
         "n": f"max {g} (count_over_time({mem}[{W}]))",
         "t0": first_time(f"max {g} ({mem})", W, R),
         "t1": f"max {g} (timestamp({mem}))",   # exact while the series is alive at the window's end

@@ -192,3 +192,45 @@ def test_owner_rules():
 def _reading(attrs):
     from otel_gpu.readings import Reading
     return Reading(N.GPU_POWER, 1.0, attrs)
+
+
+def test_through_a_real_prometheus_scrape_the_jobs_gpus_and_their_odd_link(node, prometheus):
+    """The node's endpoint scraped by a real Prometheus: a job's GPUs selected by its labels, and the
+    diagnosis's GPU summary over them names the one whose PCIe link trained lower."""
+    from otel_gpu.agent.exposition import ScrapeEndpoint
+    from otel_gpu.diagnose.consistency import gpu_consistency
+    from otel_gpu.diagnose.model import Window
+    from otel_gpu.diagnose.parse import parse_gpus
+    from otel_gpu.diagnose.queries import gpu_summary
+    from otel_gpu.diagnose.thresholds import Thresholds
+    from otel_gpu.promql import PromClient
+    from tests.servers import wait_until
+
+    fake, src, sampler, renderer = node
+    fake.set_health(1, pcie_link=(3, 4, 5, 16))
+
+    def render():
+        sampler.read_once(src)   # each scrape reads a fresh round
+        return renderer.render()
+
+    endpoint = ScrapeEndpoint(render, 0)
+    client = PromClient(prometheus.url)
+    try:
+        prometheus.add_scrape_target("otelgpu-gpu-owner", f"127.0.0.1:{endpoint.port}", interval="1s")
+        count = 'count(hw_power_watts{job="otelgpu-gpu-owner", slurm_job_id="1234", slurm_step_id="0"})'
+        wait_until(lambda: [s.value for s in client.query(count)] == [2.0], 20, "job 1234's two GPUs scraped")
+        pod = client.query(f'hw_power_watts{{job="otelgpu-gpu-owner", k8s_pod_uid="{POD_A}"}}')
+        assert [(s.labels["otelgpu_gpu_index"], s.labels["k8s_namespace_name"]) for s in pod] == [("3", "ml")]
+        errors = client.query('otelgpu_agent_source_errors_total{job="otelgpu-gpu-owner", error_type!=""}')
+        assert {s.labels["error_type"]: s.value for s in errors} == {INVALID_PID: 2, NOT_FOUND: 1}
+        sel = 'job="otelgpu-gpu-owner", otelgpu_job="llama"'
+        gpus = wait_until(lambda: [g for g in parse_gpus(client.query(gpu_summary(sel, 30, 1))) if g.pcie_gen],
+                          10, "the link readings")
+        assert {(g.gpu, g.model, g.pcie_gen, g.pcie_width) for g in gpus} == {
+            ("0", "NVIDIA H100 80GB HBM3", 5, 16), ("1", "NVIDIA H100 80GB HBM3", 3, 4)}
+        window = Window(job="llama", start=0, end=1, step_s=1, interval_s=1, ranks=[], gpus=gpus, nodes=[])
+        named = {f.evidence["property"]: f.where["gpus"] for f in gpu_consistency(window, Thresholds())}
+        assert named == {"PCIe generation": ["node-1/gpu1"], "PCIe width (lanes)": ["node-1/gpu1"]}
+    finally:
+        prometheus.remove_scrape_target("otelgpu-gpu-owner")
+        endpoint.close()
