@@ -24,11 +24,21 @@ RANK = {s: i for i, s in enumerate(reversed(SEVERITIES))}   # info 0 < warning 1
 _NUMBERS = re.compile(r"[-+]?\d[\d,.]*%?")
 
 
+PER_RANK = frozenset({"straggler", "stall", "slowdown"})   # one finding per rank named: the ranks are its subject
+PER_TITLE = frozenset({"throttle", "memory"})             # several things at once: a reason, GPU memory or swap
+
+
 def finding_key(f: Mapping[str, Any]) -> tuple:
-    """(rule, title without its numbers, ranks named): one rule may report several things at once (a
-    throttle reason each, one straggler each); the numbers in a title move every evaluation."""
-    ranks = tuple(f.get("where", {}).get("ranks", ()))
-    return (f["rule"], _NUMBERS.sub("#", f["title"]), ranks)
+    """What makes a finding the same one from one evaluation to the next: its rule; and the ranks it
+    names for the per-rank rules, its title without numbers for the rules that report several things
+    at once. Otherwise the rule alone: the ranks a share is seen on, or the cause a periodic drop is
+    matched to, may move as the window slides without making it another finding."""
+    rule = f["rule"]
+    if rule in PER_RANK:
+        return (rule, tuple(f.get("where", {}).get("ranks", ())))
+    if rule in PER_TITLE:
+        return (rule, _NUMBERS.sub("#", f["title"]))
+    return (rule,)
 
 
 @dataclass

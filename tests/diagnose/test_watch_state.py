@@ -30,6 +30,14 @@ def test_numbers_in_the_title_do_not_make_a_new_finding_but_another_rank_does():
     assert finding_key(a) != finding_key(finding(ranks=("0",), title="rank 0 is 12.5% late"))
 
 
+def test_a_share_seen_on_other_ranks_or_a_periodic_drop_matched_to_another_cause_is_the_same_finding():
+    assert finding_key(finding(rule="input", ranks=("0",))) == finding_key(finding(rule="input", ranks=("0", "1")))
+    assert finding_key(finding(rule="periodic", title="activity drops at 3 data-loading bursts")) == \
+        finding_key(finding(rule="periodic", title="activity drops at 4 checkpoints"))
+    assert finding_key(finding(rule="throttle", title="power capping on 2 GPUs")) != \
+        finding_key(finding(rule="throttle", title="GPUs running hot (87 C)"))
+
+
 def test_worse_at_once_better_only_after_the_hold():
     tr = Tracker(hold_s=30, confirm=1, confirm_s=0)
     tr.update(0, [finding(severity="warning")])
