@@ -40,7 +40,7 @@ class Server:
 
     def _answer(self, conn) -> None:
         with conn:
-            conn.recv(65536)
+            _read_request(conn)
             enc = f"Content-Encoding: {self.encoding}\r\n".encode() if self.encoding else b""
             try:
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + enc
@@ -56,6 +56,24 @@ class Server:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _read_request(conn) -> None:
+    """The whole request, head and body: a close with unread bytes would send a reset, not the answer."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        got = conn.recv(65536)
+        if not got:
+            return
+        data += got
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length:
+        got = conn.recv(65536)
+        if not got:
+            return
+        body += got
 
 
 def endless():
