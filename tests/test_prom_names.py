@@ -156,9 +156,13 @@ def test_the_agent_serves_the_translated_name_of_every_family(agent_output):
 def test_victoriametrics_stores_what_the_agent_serves_but_for_updowncounters_of_unit_1(agent_output):
     """VictoriaMetrics 1.145 also gives `_ratio` to a non-monotonic sum of unit 1; Prometheus 3 does not.
 
-    So the tests' stand-in for Prometheus 3 stores `hw_status_ratio` where the stack stores
-    `hw_status`; no dashboard or rule queries it (test_generate checks the names they use).
+    So the tests' stand-in for Prometheus 3 stores `hw_status_ratio` (and the row-remap flags'
+    `..._ratio`) where the stack stores `hw_status`; no dashboard or rule queries them (test_generate
+    checks the names they use).
     """
     served, stored = agent_output
     stored -= {"target_info"}
-    assert stored - served == {"hw_status_ratio"} and served - stored == {"hw_status"}
+    flags = {metric_name(s.name, s.unit, "updowncounter") for s in names.all_specs()
+             if s.kind == "updowncounter" and s.unit == "1"} & served
+    assert "hw_status" in flags
+    assert served - stored == flags and stored - served == {f + "_ratio" for f in flags}
