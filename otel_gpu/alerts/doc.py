@@ -39,8 +39,10 @@ def rows(th: Thresholds, p: RuleParams) -> list[tuple[str, str, str, str, str]]:
          f"a rank spends at least {_pct(th['eval']['share_warning'])} of its wall time evaluating", pw,
          f["OtelGpuEvalShare"]),
         ("OtelGpuHardwareErrors", "XID warning, uncorrected ECC critical, corrected ECC info",
-         "a GPU's XID count (a new XID series counts) or volatile ECC count grew; row remapping is not exported, "
-         "so it is not watched", ew, f["OtelGpuHardwareErrors"]),
+         "a GPU's XID count (a new XID series counts) or volatile ECC count grew", ew, f["OtelGpuHardwareErrors"]),
+        ("OtelGpuRowRemap", "pending warning, failed critical",
+         "a GPU reports a memory row remap pending (applied at the next reset) or failed (the GPU needs service)",
+         "the agent's flag (read every 10 s)", f["OtelGpuRowRemap"]),
         ("OtelGpuThrottledWhileTraining", "thermal / HW slowdown / power brake warning; power cap info",
          f"a clock-event reason active at least {_pct(th['throttle']['share_min'])} of the window on a GPU of a node "
          "whose ranks complete steps", gw, f["OtelGpuThrottledWhileTraining"]),

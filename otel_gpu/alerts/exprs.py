@@ -220,6 +220,13 @@ def hw_errors(kind: str, w: float) -> str:
     return f"{grew}\nor\n(max by ({by}) ({sel}) unless max by ({by}) ({sel} offset {duration(w)}))"
 
 
+def row_remap(state: str) -> str:
+    """GPUs whose memory row remapping is `state` ("pending": applied at the next GPU reset; "failed":
+    the GPU needs service); the agent reads the flags every 10 s where the GPU reports them."""
+    spec = {"pending": N.GPU_ROW_REMAP_PENDING, "failed": N.GPU_ROW_REMAP_FAILED}[state]
+    return f"max by ({GPU}) ({selector(spec, '')}) > 0"
+
+
 def throttled(reasons: tuple[str, ...], share: float, w: float) -> str:
     """A clock-event reason active at least `share` of the window on a GPU whose node has ranks stepping."""
     sel = selector(CLOCK_EVENT, "", otelgpu_clock_event_reason="~" + "|".join(reasons))

@@ -18,6 +18,7 @@ FOR_DEFAULTS: dict[str, float] = {
     "OtelGpuCheckpointShare": 900.0,
     "OtelGpuEvalShare": 1800.0,
     "OtelGpuHardwareErrors": 0.0,
+    "OtelGpuRowRemap": 60.0,
     "OtelGpuThrottledWhileTraining": 600.0,
     "OtelGpuIdleWhileTraining": 600.0,
     "OtelGpuAgentMissing": 120.0,

@@ -158,6 +158,14 @@ def _gpu_alerts(th: Thresholds, p: RuleParams) -> list[dict]:
             f"{WHERE_GPU} reported {{{{ printf \"%.0f\" $value }}}} more {{{{ $labels.error_type }}}} in the last "
             f"{duration(p.error_window_s)} (XID: the agent's count since its start; ECC: volatile counts).",
             rb))
+    for state, severity, what, then in (
+            ("pending", "warning", "a memory row remap is pending", "it takes effect at the next GPU reset; until "
+             "then the bad row stays in use"),
+            ("failed", "critical", "a memory row remap failed", "the GPU has no spare row left for it and needs "
+             "service (drain the node)")):
+        out.append(_alert(
+            p, "OtelGpuRowRemap", E.row_remap(state), severity, "hw_errors", f"{WHERE_GPU}: {what}",
+            f"{WHERE_GPU} reports that {what}: {then}.", rb))
     share = th["throttle"]["share_min"]
     for reasons, severity in ((E.SLOWDOWN_REASONS, "warning"), (E.POWER_REASONS, "info")):
         out.append(_alert(
