@@ -27,7 +27,7 @@ p.add_argument("--onset", type=float, default=25.0)
 p.add_argument("--seconds", type=float, default=90.0)
 p.add_argument("--extra-ms", type=float, default=15.0)
 p.add_argument("--ckpt-mb", type=float, default=40.0)
-p.add_argument("--every", type=int, default=25)
+p.add_argument("--every", type=int, default=15)
 p.add_argument("--truth", required=True)
 a = p.parse_args()
 
