@@ -17,40 +17,11 @@ import pytest
 
 from otel_gpu import children, tree_guard
 from tests.childenv import clean_env
+from tests.procwatch import alive, pids_with, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 RUN = [sys.executable, "-m", "otel_gpu", "run"]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def pids_with(text: str) -> list[int]:
-    out = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{name}/cmdline", "rb") as f:
-                if text.encode() in f.read().replace(b"\0", b" ") and alive(int(name)):
-                    out.append(int(name))
-        except OSError:
-            continue
-    return out
-
-
-def wait_until(predicate, timeout_s: float, poll_s: float = 0.01):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(poll_s)
-    return predicate()
 
 
 def _kill(pids) -> None:
@@ -103,7 +74,7 @@ def test_the_agent_goes_at_once_when_run_is_killed(tmp_path):
         run.kill()
         t0 = time.monotonic()
         run.wait()
-        assert wait_until(lambda: not any(map(alive, agent)), 5)
+        assert wait_until(lambda: not any(map(alive, agent)), 5, poll_s=0.01)
         took = time.monotonic() - t0
         assert took < 3.0, f"the agent took {took:.2f} s"   # ~20 ms alone; 2.02 s once under the whole suite on 2 cores
     finally:
