@@ -45,6 +45,7 @@ PHASE = "otelgpu.phase"
 IB_DEVICE = "otelgpu.ib.device"   # e.g. "mlx5_0"
 IB_PORT = "otelgpu.ib.port"       # e.g. "1"
 NVLINK_LINK = "otelgpu.nvlink.link"   # NVLink link index, "0".."17"
+DTYPE = "otelgpu.dtype"           # compute dtype: fp32, tf32, bf16, fp16, fp8 (peaks.py)
 # the job using a GPU (sources/gpu_owner.py): on every series of that GPU while it uses it
 SLURM_JOB_ID = "slurm.job.id"     # as on the resource (identity.py); no semantic convention exists
 SLURM_STEP_ID = "slurm.step.id"   # 0, 1, ..., batch, extern, interactive
@@ -88,6 +89,7 @@ GPU_PCIE_LINK_GENERATION = _g(PREFIX + "gpu.pcie.link.generation", "{generation}
 GPU_PCIE_LINK_GENERATION_MAX = _g(PREFIX + "gpu.pcie.link.generation.max", "{generation}", "Highest PCIe link generation the GPU and its slot support (read every 10 s)", _GPU, "nvml", "NVIDIA")
 GPU_PCIE_LINK_WIDTH = _g(PREFIX + "gpu.pcie.link.width", "{lane}", "Current PCIe link width (read every 10 s)", _GPU, "nvml", "NVIDIA")
 GPU_PCIE_LINK_WIDTH_MAX = _g(PREFIX + "gpu.pcie.link.width.max", "{lane}", "Widest PCIe link the GPU and its slot support (read every 10 s)", _GPU, "nvml", "NVIDIA")
+GPU_PEAK_FLOPS = _g(PREFIX + "gpu.peak.flops", "{flop}/s", "Dense peak arithmetic rate of the GPU per compute dtype (a MIG device: its share of the SMs), from the peak table of NVIDIA datasheets (otel_gpu/peaks.py; sparsity excluded; read once); absent for a GPU not in the table", _GPU + (DTYPE,), "nvml", "NVIDIA GPUs in the peak table")
 GPU_PROCESS_MEMORY = _g(PREFIX + "gpu.process.memory.usage", "By", "GPU memory used by one process", _GPU + (PID, EXECUTABLE, RANK), "nvml", "NVIDIA")
 
 # ---- GPU: NVML GPM (Hopper and newer) -------------------------------------
@@ -190,6 +192,7 @@ TRAIN_SAMPLES = _g(PREFIX + "train.samples", "{sample}", "Samples processed by t
 TRAIN_TOKENS = _g(PREFIX + "train.tokens", "{token}", "Tokens processed by this rank (rate() gives tokens/s)", _RANKED, "training", kind="counter")
 FLOPS_BASIS = "otelgpu.flops.basis"   # "6N+attention" (formula, padding excluded) | "measured" (FlopCounterMode once)
 TRAIN_FLOPS = _g(PREFIX + "train.flops", "{flop}", "Model FLOPs of the training batches this rank fetched (rate() gives FLOP/s); basis '6N+attention': 6 per trained and 4 per frozen matrix weight per non-padding token plus 12 x layers x hidden x sequence length (training/flops.py); 'measured': one step under FlopCounterMode times the steps counted", _RANKED + (FLOPS_BASIS,), "training", kind="counter")
+TRAIN_COMPUTE_DTYPE = _g(PREFIX + "train.compute.dtype", "{dtype}", "1 for the dtype this rank's model computes in (otelgpu.dtype: the autocast dtype inside its forward, else its trained weights' dtype; fp32 with TF32 matmuls allowed is tf32), seen once at its first training forward; the peak its MFU is judged against", _RANKED + (DTYPE,), "training")
 TRAIN_PHASE_TIME = _g(PREFIX + "train.phase.time", "s", "Exclusive wall time spent in a phase (rate() gives its share of wall time)", _RANKED + (PHASE,), "training", kind="counter")
 TRAIN_CHECKPOINTS = _g(PREFIX + "train.checkpoints", "{event}", "Checkpoint saves started / ended (start - end > 0: one in progress)", _RANKED + (CHECKPOINT_EVENT,), "training", kind="counter")
 COLLECTIVE = "otelgpu.collective"   # all_reduce, all_gather, reduce_scatter, broadcast, barrier, ..., ddp_allreduce
@@ -206,3 +209,14 @@ COLLECTIVE_STATES = ("started", "completed")
 TRAIN_STEP_LAST = _g(PREFIX + "train.step.last", "s", "Unix time the rank's latest counted step ended (absent before the first)", _RANKED, "training")
 TRAIN_COLLECTIVE_OPEN = _g(PREFIX + "train.collective.open", "s", "Seconds this rank's thread has been blocked in a host-timed collective that has not returned yet, at export (0: inside none; per kind seen); nested waits count once", _RANKED + (COLLECTIVE,), "training")
 TRAIN_COLLECTIVE_SEQ = _g(PREFIX + "train.collective.seq", "{collective}", "Last NCCL collective sequence number this rank has started / completed on a process group (Flight Recorder; a rank behind the others' started number holds them up)", _RANKED + (PROCESS_GROUP, COLLECTIVE_STATE), "training")
+# Python's garbage collector and PyTorch's CUDA caching allocator, per rank (training/gc_clock.py, training/allocator.py)
+GC_GENERATION = "otelgpu.gc.generation"   # "0" | "1" | "2": the oldest generation a collection examined
+TRAIN_GC_TIME = _g(PREFIX + "train.gc.time", "s", "Wall time this rank's Python garbage collector ran (gc.callbacks start to stop), by the generation collected; gen 2 is the full collection", _RANKED + (GC_GENERATION,), "training", kind="counter")
+TRAIN_GC_COLLECTIONS = _g(PREFIX + "train.gc.collections", "{collection}", "Python garbage collections this rank ran, by generation", _RANKED + (GC_GENERATION,), "training", kind="counter")
+CUDA_DEVICE = "otelgpu.cuda.device"   # the CUDA device ordinal as the rank sees it (after CUDA_VISIBLE_DEVICES)
+_ALLOC = _RANKED + (CUDA_DEVICE,)
+TRAIN_ALLOC_RESERVED = _g(PREFIX + "train.allocator.reserved", "By", "GPU memory PyTorch's caching allocator holds from CUDA on this device (torch.cuda.memory_stats reserved_bytes.all.current), at export", _ALLOC, "training", "NVIDIA (CUDA jobs)")
+TRAIN_ALLOC_ALLOCATED = _g(PREFIX + "train.allocator.allocated", "By", "GPU memory in tensors (allocated_bytes.all.current), at export", _ALLOC, "training", "NVIDIA (CUDA jobs)")
+TRAIN_ALLOC_INACTIVE_SPLIT = _g(PREFIX + "train.allocator.inactive_split", "By", "Free pieces of split cached blocks (inactive_split_bytes.all.current): reserved but unusable for a larger tensor; over reserved it is the fragmentation", _ALLOC, "training", "NVIDIA (CUDA jobs)")
+TRAIN_ALLOC_RETRIES = _g(PREFIX + "train.allocator.retries", "{retry}", "cudaMalloc failures the allocator recovered from by freeing its whole cache and retrying (num_alloc_retries): each one synchronizes the device", _ALLOC, "training", "NVIDIA (CUDA jobs)", kind="counter")
+TRAIN_ALLOC_OOMS = _g(PREFIX + "train.allocator.ooms", "{oom}", "Out-of-memory errors the allocator raised (num_ooms), caught by the job or not", _ALLOC, "training", "NVIDIA (CUDA jobs)", kind="counter")

@@ -28,6 +28,8 @@ from ..export import (import_exporter, merged_resource, meter_provider, otlp_exp
 from ..identity import point_attributes, rank_info, resource_attributes
 from ..values import SWITCH_OFF
 from . import flops
+from .allocator import AllocatorReader
+from .gc_clock import GcClock
 from .timing import Timer
 
 log = logging.getLogger("otel_gpu.training")
@@ -36,6 +38,9 @@ TRAINING_SPECS = (names.TRAIN_STEP_DURATION, names.TRAIN_STEPS, names.TRAIN_SAMP
                   names.TRAIN_PHASE_TIME, names.TRAIN_CHECKPOINTS, names.TRAIN_COLLECTIVE_TIME,
                   names.TRAIN_CHECKPOINT_LAST, names.TRAIN_COLLECTIVE_COUNT, names.TRAIN_COLLECTIVE_UNMEASURED,
                   names.TRAIN_STEP_LAST, names.TRAIN_COLLECTIVE_OPEN, names.TRAIN_COLLECTIVE_SEQ, names.TRAIN_FLOPS)
+HEALTH_SPECS = (names.TRAIN_GC_TIME, names.TRAIN_GC_COLLECTIONS, names.TRAIN_ALLOC_RESERVED, names.TRAIN_ALLOC_ALLOCATED,
+                names.TRAIN_ALLOC_INACTIVE_SPLIT, names.TRAIN_ALLOC_RETRIES, names.TRAIN_ALLOC_OOMS)
+TRAINING_SPECS += HEALTH_SPECS
 names.register(*TRAINING_SPECS)
 EXIT_TIMEOUT_S = 5.0   # longest the final flush (metrics and profile at once) may hold the exit of a rank
 
@@ -81,8 +86,12 @@ class OtelSink:
     queued since the last collection are recorded into the histogram there.
     """
 
-    def __init__(self, meter, attrs: Mapping[str, str]):
+    def __init__(self, meter, attrs: Mapping[str, str], gc_clock: GcClock | None = None,
+                 allocator: AllocatorReader | None = None):
         self.attrs = dict(attrs)
+        self.gc_clock = gc_clock                # time in Python's garbage collector, when given
+        self.allocator = allocator              # the CUDA caching allocator's counters, when given
+        self._alloc_cache: tuple[float, dict] = (-1.0, {})   # (monotonic s, device -> stats) of the latest read
         self.steps = 0
         self.samples = 0.0
         self.tokens = 0.0                      # given by the program (step(tokens=...)); wins when set
@@ -122,11 +131,22 @@ class OtelSink:
                                (names.TRAIN_COLLECTIVE_OPEN, "s", self._observe_open),
                                (names.TRAIN_COLLECTIVE_SEQ, "{collective}", self._observe_seqs)):
             meter.create_observable_gauge(spec.name, [fn], unit=unit, description=spec.description)
+        for spec, unit, fn in ((names.TRAIN_GC_TIME, "s", self._observe_gc_time),
+                               (names.TRAIN_GC_COLLECTIONS, "{collection}", self._observe_gc_count),
+                               (names.TRAIN_ALLOC_RETRIES, "{retry}", self._alloc_observer("retries")),
+                               (names.TRAIN_ALLOC_OOMS, "{oom}", self._alloc_observer("ooms"))):
+            meter.create_observable_counter(spec.name, [fn], unit=unit, description=spec.description)
+        for spec, field in ((names.TRAIN_ALLOC_RESERVED, "reserved"), (names.TRAIN_ALLOC_ALLOCATED, "allocated"),
+                            (names.TRAIN_ALLOC_INACTIVE_SPLIT, "inactive_split")):
+            meter.create_observable_gauge(spec.name, [self._alloc_observer(field)], unit="By",
+                                          description=spec.description)
 
     # ---- hot path (training thread) ----
     def step(self, seconds, samples, tokens):
         if self.first_step_ns is None:
             self.first_step_ns = time.time_ns() - int(seconds * 1e9)
+            if self.gc_clock is not None:   # set-up's collections (model build, data indexing) are not the steps'
+                self.gc_clock.restart()
         self._pending.append(seconds)
         self.steps += 1
         self.step_last = time.time()
@@ -243,6 +263,37 @@ class OtelSink:
         return [Observation(v, {**self.attrs, names.COLLECTIVE: kind, names.COLLECTIVE_BASIS: "gpu",
                                 names.PROCESS_GROUP: group}) for (kind, group), v in list(self.collective_n.items())]
 
+    def _observe_gc_time(self, options):
+        if self.gc_clock is None or not self.steps:   # from the first step, as the step counter
+            return []
+        return [Observation(v, {**self.attrs, names.GC_GENERATION: g}) for g, v in self.gc_clock.seconds().items()]
+
+    def _observe_gc_count(self, options):
+        if self.gc_clock is None or not self.steps:
+            return []
+        return [Observation(v, {**self.attrs, names.GC_GENERATION: g}) for g, v in self.gc_clock.collections().items()]
+
+    def _allocator_stats(self) -> dict:
+        """Device -> AllocatorStats, read once per collection (the five instruments share one read)."""
+        if self.allocator is None:
+            return {}
+        now = time.monotonic()
+        at, stats = self._alloc_cache
+        if now - at > 0.5:
+            stats = self.allocator.read()
+            self._alloc_cache = (now, stats)
+        return stats
+
+    def _alloc_observer(self, field: str):
+        def observe(options):
+            out = []
+            for device, st in self._allocator_stats().items():
+                v = getattr(st, field)
+                if v is not None:
+                    out.append(Observation(v, {**self.attrs, names.CUDA_DEVICE: device}))
+            return out
+        return observe
+
     def _observe_unmeasured(self, options):
         return [Observation(v, {**self.attrs, names.UNMEASURED_REASON: reason})
                 for reason, v in list(self.unmeasured_n.items())]
@@ -288,7 +339,9 @@ class Session:
                 self.exporter = otlp_exporter(settings)
                 readers.append(periodic_reader(ForkGuard(self.exporter), settings))
         self.provider = meter_provider(resource, readers, TRAINING_SPECS)
-        self.sink = OtelSink(self.provider.get_meter("otel_gpu.training"), self.attrs)
+        self.gc_clock = GcClock()
+        self.gc_clock.install()
+        self.sink = OtelSink(self.provider.get_meter("otel_gpu.training"), self.attrs, self.gc_clock, AllocatorReader())
         self.timer = Timer(self.sink)
         self.sink.live_phases = self.timer.phase_totals
         self.sink.open_waits = self.timer.open_waits
@@ -305,6 +358,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        self.gc_clock.uninstall()
         if "otel_gpu.training.gpu_collectives" in sys.modules:   # the last GPU-timed collectives first
             sys.modules["otel_gpu.training.gpu_collectives"].stop()
         stopper = None
@@ -424,6 +478,7 @@ def _after_fork_in_child() -> None:
     global _session, _forked, _pid_of_session
     if _session is not None:
         _forked = True
+        _session.gc_clock.uninstall()   # a forked worker's collections are not the rank's
     _session = None
     _pid_of_session = os.getpid()
 
