@@ -31,6 +31,7 @@ from .nvml_costs import FIELDS, CostlyFields
 from .nvml_device import (CLOCK_FNS, CLOCK_REASONS, KIB, MIG_RESCAN_S, SKIP, Device, DeviceLost, call,
                           clock_reason_items, clock_reason_values, mig_profile, text)
 from .nvml_health import health_readings
+from .nvml_peaks import peak_readings
 from .nvml_procs import GpuProcesses
 
 _VALUE_FIELD = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}  # by valueType
@@ -246,6 +247,7 @@ class NvmlSource:
         if mask is not SKIP:
             out.extend(self._clock_event_readings(dev, int(mask)))
         out.extend(self._slow(dev, now))
+        out.extend(peak_readings(dev))
         for code, n in sorted(dev.xid.items()):
             add(Reading(N.GPU_ERRORS, float(n), dev.tagged(N.ERROR_TYPE, f"xid_{code}")))
         if dev.gpm is not None:
@@ -260,7 +262,7 @@ class NvmlSource:
         migs = []
         for mig in dev.migs:
             procs = self._procs.readings(mig, pids)
-            migs += mig.labels.apply(self._memory(mig)) + procs
+            migs += mig.labels.apply(self._memory(mig) + peak_readings(mig)) + procs
         owners = {m.labels.owner for m in dev.migs if m.labels.owner}   # the GPU's: its MIG devices' one owner
         dev.labels.set(owners.pop() if len(owners) == 1 else ())
         return dev.labels.apply(out) + migs
