@@ -36,6 +36,9 @@ class Options:
     kernel_sequences: tuple[str, ...] = ()  # operator names (substrings); none: the analysis is not run
     min_pattern_len: int = 3
     thresholds: Thresholds = field(default_factory=Thresholds)
+    # rank -> median step time (us) of the same job unprofiled; None: not measured (launch-bound
+    # verdicts then say the profiler's share was not checked)
+    unprofiled_step_us: dict[int, float] | None = None
 
 
 PARALLEL_MIN_ROWS = 20_000  # events (all ranks) below which one process computes everything
@@ -95,7 +98,8 @@ def _rank_results(v, opts: Options, many: bool, keep_file) -> dict:
         "aten_csv": (columns(aten_rows), rank_csv.pack(rows_text(aten_rows, columns(aten_rows)))),
         "aten_groups": _pack_groups(groups),
         "per_annotation": annotations.kernels_per_annotation(v),
-        "checks": check_rank(v, temporal, idle_rows, opts.thresholds),
+        "checks": check_rank(v, temporal, idle_rows, opts.thresholds, None if opts.unprofiled_step_us is None
+                             else opts.unprofiled_step_us.get(v.rank, float("nan"))),
         "critical_path": critical_path.one_rank(v, opts.critical_path_annotation, opts.critical_path_instance)
         if opts.critical_path else None,
     }

@@ -24,7 +24,8 @@ SHAPE_PATTERNS = ("gemm_misaligned", "gemm_old_arch", "gemm_fp32", "pageable_h2d
 
 def queue_drain_sync(ch) -> None:
     """Steps in which a user sync drained the GPU; time at stake: the idle in the gaps that began
-    inside those syncs (until the CPU launched work again)."""
+    inside those syncs (until the CPU launched work again) and in the gaps of refilling the queue
+    after them (``sync_refill``, see :mod:`.idle_causes`)."""
     th, att = ch.th, ch.att
     label = "steps with a sync that drained the GPU, % of steps followed by GPU work" if ch.windows else \
         "syncs that drained the GPU in the trace (no ProfilerStep)"
@@ -33,6 +34,9 @@ def queue_drain_sync(ch) -> None:
         return
     m = att["cause"] == SYNC_DRAIN
     g0, g1 = att["gap_start"][m], att["gap_end"][m]
+    of = att["refill_of"]
+    refill = (of >= 0) & (att["cause"][np.maximum(of, 0)] == SYNC_DRAIN)
+    refill_us = float((att["gap_end"][refill] - att["gap_start"][refill]).sum())
     syncs = ch.sync_cls["rows"][ch.sync_cls["user"]]
     s0, s1 = ch.intervals(syncs)
     order = np.argsort(s0, kind="stable")
@@ -57,9 +61,9 @@ def queue_drain_sync(ch) -> None:
     where = {"ops": ch.ops_of(rows), "calls": ch.names_of(rows), "steps": ch.steps_of(rows), "count": int(len(g0)),
              "position_in_step_pct": round(float(np.median(pos)), 1) if pos else None,
              "queue_before_sync": round(float(np.median(depth)), 1) if len(depth) else None,
-             "drained_idle_fill_us": fill}
-    ch.report("queue_drain_sync", label, value, threshold, hit, where, float((g1 - g0).sum()),
-              idle_caused_us=float((g1 - g0).sum()))
+             "drained_idle_fill_us": fill, "refill_idle_us": round(refill_us, 1)}
+    at_stake = float((g1 - g0).sum()) + refill_us
+    ch.report("queue_drain_sync", label, value, threshold, hit, where, at_stake, idle_caused_us=at_stake)
 
 
 def _gemm_where(ch, rows: np.ndarray, extra: dict | None = None) -> dict:
@@ -175,6 +179,7 @@ def idle_fix(att: dict | None) -> str:
             "allocator": "keep allocations in the caching allocator (no empty_cache(), expandable_segments:True)",
             "communication": "overlap communication with compute and look for a straggler",
             "data_loader": "more DataLoader workers, prefetch_factor, persistent_workers",
+            "sync_refill": "keep the queue full: read synced values every N steps, so the CPU stays ahead",
             "launch_starvation": "cut launch overhead: torch.compile, CUDA graphs, larger batches",
             "queued_work_waited": "look for cross-stream and event waits in the largest gaps",
             "unattributed": "profile the CPU side (with_stack=True) to see what precedes the largest gaps"}

@@ -18,6 +18,7 @@ from .idle_causes import (ALLOC_CALLS, CAUSES, attribute_idle, idle_cause_summar
                           where_in_step)
 from .launch import launch_pairs
 from .model import COMMUNICATION, COMPUTATION, RankView, id_in
+from .profiler_share import profiler_share
 from .run_features import launch_bound_fix, run_features
 from .steps import step_of, step_windows
 from .sync_calls import RUNTIME_SYNC, classify_syncs, scopes_of  # noqa: F401 (RUNTIME_SYNC re-exported)
@@ -135,8 +136,9 @@ def _gaps(k: dict) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Checker:
-    def __init__(self, v: RankView, th: Thresholds, temporal: dict | None):
+    def __init__(self, v: RankView, th: Thresholds, temporal: dict | None, unprofiled_step_us: float | None = None):
         self.v, self.th = v, th
+        self.unprofiled_step_us = unprofiled_step_us
         self.windows = step_windows(v)
         self.nsteps = max(1, len({w[0] for w in self.windows}))
         self.ops = _op_by_external_id(v)
@@ -209,7 +211,8 @@ class _Checker:
 
     def short_kernels(self) -> None:
         """Launch-bound only when the GPU actually waited for launches: many short kernels *and* GPU
-        idle in gaps ended by a launch the CPU had not finished when the GPU ran dry."""
+        idle in gaps ended by a launch the CPU had not finished when the GPU ran dry, with no drained
+        queue being refilled (see :mod:`.idle_causes`); stated with the profiler's possible share."""
         p = launch_pairs(self.v)
         n = len(p["cpu_duration"])
         short = (p["cpu_duration"] <= self.th.runtime_cutoff_us) & (p["gpu_duration"] < p["cpu_duration"])
@@ -221,7 +224,8 @@ class _Checker:
         where = {"kernels": _names_of(self.v, g), "ops": _ops_of(self.v, p["cpu_rows"][short], self.ops),
                  "streams": sorted(set(self.v.ev.stream[g].tolist()))[:10],
                  "steps": _steps_of(self.v, p["cpu_rows"][short], self.windows), "count": int(short.sum()),
-                 "launches": n, "short_kernels_pct": round(share, 1), **(self._queue_evidence(p) if many else {})}
+                 "launches": n, "short_kernels_pct": round(share, 1), **(self._queue_evidence(p) if many else {}),
+                 "profiler_overhead": profiler_share(self.windows, self.unprofiled_step_us)}
         self.report("many_short_kernels", "GPU idle waiting for launches, % of GPU span", starved_pct,
                     self.th.launch_starved_pct, many and starved_pct >= self.th.launch_starved_pct, where, starved,
                     fix=launch_bound_fix(self.features), idle_caused_us=starved)
@@ -376,9 +380,11 @@ def check_ranks(views: list[RankView], temporal: dict[int, dict | None], idle_ro
     return finish_checks(checks, views)
 
 
-def check_rank(v: RankView, temporal: dict | None, idle_rows: list[dict], th: Thresholds) -> list[dict]:
-    """Every check on one rank (``finish_checks`` then names shapes across ranks)."""
-    c = _Checker(v, th, temporal)
+def check_rank(v: RankView, temporal: dict | None, idle_rows: list[dict], th: Thresholds,
+               unprofiled_step_us: float | None = None) -> list[dict]:
+    """Every check on one rank (``finish_checks`` then names shapes across ranks); ``unprofiled_step_us``:
+    the median step time (us) of the same job unprofiled, for the profiler's share (see :mod:`.profiler_share`)."""
+    c = _Checker(v, th, temporal, unprofiled_step_us)
     c.short_kernels()
     c.syncs()
     antipatterns.queue_drain_sync(c)

@@ -4,8 +4,9 @@ A gap is a span during which no GPU event of the rank runs (between the merged i
 kernel, copy and memset: the idle of the temporal breakdown). What the CPU was doing at the gap's
 start, when the GPU ran dry, names its cause, first match wins:
 
-- ``sync_drain``: inside one of the user's sync calls (``.item()``, ``.cpu()``, ``synchronize()``): the
-  CPU waited until the queue drained, so everything it does next, until its next launch, is exposed;
+- ``sync_drain``: inside one of the user's sync calls (``.item()``, ``.cpu()``, ``synchronize()``, a
+  synchronous device-to-host ``cudaMemcpy``): the CPU waited until the queue drained, so everything it
+  does next, until its next launch, is exposed;
 - ``framework_sync``: inside a sync a framework issues itself (see :mod:`.sync_calls`);
 - ``h2d_copy``: inside a host-to-device copy call (pageable copies block the host);
 - ``allocator``: inside ``cudaMalloc``/``cudaFree`` and host allocations;
@@ -19,6 +20,15 @@ start, when the GPU ran dry, names its cause, first match wins:
   (cross-stream or event waits, GPU-side dependencies);
 - ``unattributed``: its launch call is not in the trace.
 
+A drain's cost does not end with its own gap: the queue it threw away has to be refilled, and until the
+CPU is ahead of the GPU again the GPU runs each kernel as soon as it is launched. So the
+``launch_starvation`` gaps after a drain (a sync gap that began at least ``REFILL_MIN_WAIT_US`` into its
+sync call: the GPU had that much work queued), until the queue is refilled (a launch returns while the
+GPU is still busy: the next kernel waits in the queue) or the next drain, become ``sync_refill``: the
+drain's. At most the lead the sync threw away (the time it waited for the GPU to run dry) is counted so
+per drain: a lead of L us could have hidden at most L us of idle. Launch-bound is left for starvation
+with no drain before it.
+
 Times in us, relative to the set's start.
 """
 from __future__ import annotations
@@ -26,13 +36,15 @@ from __future__ import annotations
 import numpy as np
 
 from .breakdown import merge_intervals
+from .launch import launch_pairs
 from .model import COMMUNICATION, RankView
 from .steps import step_of
 from .sync_calls import cpu_intervals, rows_matching, rows_named
 
-CAUSES = ("sync_drain", "framework_sync", "h2d_copy", "allocator", "communication", "data_loader",
+CAUSES = ("sync_drain", "sync_refill", "framework_sync", "h2d_copy", "allocator", "communication", "data_loader",
           "launch_starvation", "queued_work_waited", "unattributed")
-LABELS = {"sync_drain": "after a user sync drained the queue", "framework_sync": "framework-internal syncs",
+LABELS = {"sync_drain": "after a user sync drained the queue",
+          "sync_refill": "refilling the queue after a sync drained it", "framework_sync": "framework-internal syncs",
           "h2d_copy": "host-to-device copy calls", "allocator": "cudaMalloc/cudaFree",
           "communication": "communication", "data_loader": "data loader",
           "launch_starvation": "launch starvation", "queued_work_waited": "queued work waiting",
@@ -41,6 +53,8 @@ MEMCPY_CALLS = ("cudaMemcpy", "cudaMemcpyAsync", "cudaMemcpy2DAsync", "hipMemcpy
                 "hipMemcpyWithStream")
 ALLOC_CALLS = ("cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cudaHostAlloc",
                "hipMalloc", "hipFree", "hipHostMalloc", "hipHostFree")
+SYNC_COPY_CALLS = ("cudaMemcpy", "hipMemcpy")  # synchronous: the host waits for the queue and the copy
+REFILL_MIN_WAIT_US = 50.0  # a sync that waited this long for the GPU to run dry threw a queue away
 END_OF_STEP_PCT = 90.0  # a gap beginning in the last 10% of a step (or crossing into the next) is "end of step"
 
 
@@ -65,6 +79,18 @@ def h2d_call_rows(v: RankView) -> np.ndarray:
     uniq, inv = np.unique(v.ev.name[gpu[ok]], return_inverse=True)
     h2d[ok] = np.array([("HtoD" in v.names[n]) for n in uniq.tolist()], dtype=bool)[inv.reshape(-1)]
     return calls[h2d]
+
+
+def d2h_sync_copy_rows(v: RankView) -> np.ndarray:
+    """Synchronous copy calls (``cudaMemcpy``) whose GPU copy runs device-to-host: the host waits
+    for everything queued before it (``.item()`` in older PyTorch)."""
+    calls = rows_named(v, SYNC_COPY_CALLS)
+    calls = calls[v.ev.stream[calls] == -1]
+    gpu = partner_rows(v, calls)
+    ok = gpu >= 0
+    d2h = np.zeros(len(calls), dtype=bool)
+    d2h[ok] = np.array([("DtoH" in v.names[int(n)]) for n in v.ev.name[gpu[ok]].tolist()], dtype=bool)
+    return calls[d2h]
 
 
 def overlap(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> float:
@@ -114,7 +140,8 @@ def attribute_idle(v: RankView, k: dict, windows: list, syncs: dict) -> dict:
     data = _merged(v, rows_matching(v, "data_loader"))
     h2d = _merged(v, h2d_call_rows(v))
     sync_rows = syncs["rows"]
-    cpu_sets = [("sync_drain", _merged(v, sync_rows[syncs["user"]])),
+    user_syncs = np.concatenate([sync_rows[syncs["user"]], d2h_sync_copy_rows(v)])
+    cpu_sets = [("sync_drain", _merged(v, user_syncs)),
                 ("framework_sync", _merged(v, sync_rows[~syncs["user"]])),
                 ("h2d_copy", h2d), ("allocator", _merged(v, rows_named(v, ALLOC_CALLS))),
                 ("communication", _merged(v, rows_matching(v, "comm"))), ("data_loader", data)]
@@ -132,6 +159,7 @@ def attribute_idle(v: RankView, k: dict, windows: list, syncs: dict) -> dict:
         cause[(cause < 0) & known] = CAUSES.index("queued_work_waited")
     cause[cause < 0] = CAUSES.index("unattributed")
     length = g1 - g0
+    refill_of = _refills(v, k, g0, g1, cause, _merged(v, np.concatenate([user_syncs, sync_rows[~syncs["user"]]])))
     total = float(length.sum())
     by = {c: float(length[cause == i].sum()) for i, c in enumerate(CAUSES)}
     fill = {}
@@ -141,9 +169,52 @@ def attribute_idle(v: RankView, k: dict, windows: list, syncs: dict) -> dict:
             fill[c] = {"data_loader_us": round(overlap(g0[m], g1[m], *data), 1),
                        "h2d_copy_call_us": round(overlap(g0[m], g1[m], *h2d), 1)}
     return {"gap_start": g0, "gap_end": g1, "cause": cause, "next_rows": next_rows, "idle_us": total,
+            "refill_of": refill_of,
             "by_cause_us": {c: round(x, 1) for c, x in by.items() if x > 0},
             "share_pct": {c: round(100 * x / total, 1) for c, x in by.items() if x > 0 and total},
             "fill_us": fill, "end_of_step_us": round(float(length[_end_of_step(g0, g1, windows)].sum()), 1)}
+
+
+def _refills(v: RankView, k: dict, g0: np.ndarray, g1: np.ndarray, cause: np.ndarray,
+             syncs: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Turn the launch-starvation gaps that refill a drained queue into ``sync_refill`` (in place on
+    ``cause``); per gap, the index of the drain gap it refills (-1 for none). See the module's doc."""
+    refill_of = np.full(len(g0), -1, dtype=np.int64)
+    drains = np.flatnonzero(np.isin(cause, [CAUSES.index("sync_drain"), CAUSES.index("framework_sync")]))
+    if not len(drains) or not len(syncs[0]):
+        return refill_of
+    cs, ce = syncs
+    j = np.maximum(np.searchsorted(cs, g0[drains], "right") - 1, 0)
+    wait = g0[drains] - cs[j]   # the GPU work queued when the sync began (us): the lead it threw away
+    returned = ce[j]
+    drains, wait, returned = drains[wait >= REFILL_MIN_WAIT_US], wait[wait >= REFILL_MIN_WAIT_US], \
+        returned[wait >= REFILL_MIN_WAIT_US]
+    if not len(drains):
+        return refill_of
+    # launches that returned while the GPU was busy: from then on the queue holds work again
+    p = launch_pairs(v)
+    call_end = np.sort((v.ev.ts[p["cpu_rows"]] - v.ts0) + np.maximum(v.ev.dur[p["cpu_rows"]], 0)).astype(np.float64)
+    bs, be = merge_intervals(k["ts"], k["end"])
+    b = np.searchsorted(bs, call_end, "right") - 1
+    busy = (b >= 0) & (call_end < be[np.maximum(b, 0)])
+    queued = call_end[busy]
+    q = np.searchsorted(queued, returned, "right")
+    refilled = np.full(len(returned), np.inf)   # never refilled: the refill runs until the next drain
+    hit = q < len(queued)
+    refilled[hit] = queued[q[hit]]
+    starved = np.flatnonzero(cause == CAUSES.index("launch_starvation"))
+    d = np.searchsorted(g0[drains], g0[starved], "right") - 1   # the latest drain before each gap
+    ok = (d >= 0) & (g0[starved] < refilled[np.maximum(d, 0)])
+    starved, d = starved[ok], d[ok]
+    # within one drain's refill, gaps count while the idle before them is under the lead it threw away
+    length = g1[starved] - g0[starved]
+    run = np.cumsum(length)
+    first = np.r_[True, d[1:] != d[:-1]] if len(d) else np.zeros(0, bool)
+    before = run - length - np.repeat((run - length)[first], np.diff(np.r_[np.flatnonzero(first), len(d)]))
+    keep = before < wait[d]
+    cause[starved[keep]] = CAUSES.index("sync_refill")
+    refill_of[starved[keep]] = drains[d[keep]]
+    return refill_of
 
 
 def _end_of_step(g0: np.ndarray, g1: np.ndarray, windows: list) -> np.ndarray:

@@ -34,6 +34,10 @@ def where_details(w: dict) -> list[str]:
     if w.get("median_queue_at_launch") is not None:
         parts.append(f"median queue at launch {w['median_queue_at_launch']:g}, "
                      f"{w.get('short_kernels_pct', 0):g}% short kernels")
+    if w.get("refill_idle_us"):
+        parts.append(f"refilling the drained queue after it {w['refill_idle_us']:,.0f} us")
+    if w.get("profiler_overhead"):
+        parts.append(w["profiler_overhead"]["text"])
     nc = w.get("not_counted")
     if nc:
         scope = f" (in {nc['scopes'][0][0]})" if nc.get("scopes") else ""
