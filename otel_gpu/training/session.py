@@ -27,7 +27,7 @@ from ..export import (import_exporter, merged_resource, meter_provider, otlp_exp
                       periodic_reader)
 from ..identity import point_attributes, rank_info, resource_attributes
 from ..values import SWITCH_OFF
-from . import flops
+from . import dtype, flops
 from .allocator import AllocatorReader
 from .gc_clock import GcClock
 from .timing import Timer
@@ -37,7 +37,8 @@ log = logging.getLogger("otel_gpu.training")
 TRAINING_SPECS = (names.TRAIN_STEP_DURATION, names.TRAIN_STEPS, names.TRAIN_SAMPLES, names.TRAIN_TOKENS,
                   names.TRAIN_PHASE_TIME, names.TRAIN_CHECKPOINTS, names.TRAIN_COLLECTIVE_TIME,
                   names.TRAIN_CHECKPOINT_LAST, names.TRAIN_COLLECTIVE_COUNT, names.TRAIN_COLLECTIVE_UNMEASURED,
-                  names.TRAIN_STEP_LAST, names.TRAIN_COLLECTIVE_OPEN, names.TRAIN_COLLECTIVE_SEQ, names.TRAIN_FLOPS)
+                  names.TRAIN_STEP_LAST, names.TRAIN_COLLECTIVE_OPEN, names.TRAIN_COLLECTIVE_SEQ, names.TRAIN_FLOPS,
+                  names.TRAIN_COMPUTE_DTYPE)
 HEALTH_SPECS = (names.TRAIN_GC_TIME, names.TRAIN_GC_COLLECTIONS, names.TRAIN_ALLOC_RESERVED, names.TRAIN_ALLOC_ALLOCATED,
                 names.TRAIN_ALLOC_INACTIVE_SPLIT, names.TRAIN_ALLOC_RETRIES, names.TRAIN_ALLOC_OOMS)
 TRAINING_SPECS += HEALTH_SPECS
@@ -100,6 +101,7 @@ class OtelSink:
         self.model = None                      # weakref to the model trained (the largest seen), for its FLOPs
         self._model_size = -1
         self._shape = None                     # flops.Shape of that model, read once on the exporter thread
+        self.compute_dtype = ""                # what that model computes in (dtype.py), seen in its first forward
         self.phase_s: dict[str, float] = {}
         self.checkpoints = {"start": 0, "end": 0}
         self.checkpoint_last: dict[str, float] = {}            # event -> unix time of the latest
@@ -129,7 +131,8 @@ class OtelSink:
         for spec, unit, fn in ((names.TRAIN_CHECKPOINT_LAST, "s", self._observe_checkpoint_last),
                                (names.TRAIN_STEP_LAST, "s", self._observe_step_last),
                                (names.TRAIN_COLLECTIVE_OPEN, "s", self._observe_open),
-                               (names.TRAIN_COLLECTIVE_SEQ, "{collective}", self._observe_seqs)):
+                               (names.TRAIN_COLLECTIVE_SEQ, "{collective}", self._observe_seqs),
+                               (names.TRAIN_COMPUTE_DTYPE, "{dtype}", self._observe_dtype)):
             meter.create_observable_gauge(spec.name, [fn], unit=unit, description=spec.description)
         for spec, unit, fn in ((names.TRAIN_GC_TIME, "s", self._observe_gc_time),
                                (names.TRAIN_GC_COLLECTIONS, "{collection}", self._observe_gc_count),
@@ -166,6 +169,10 @@ class OtelSink:
         size = sum(int(getattr(p, "ds_numel", 0) or p.numel()) for p in model.parameters())
         if size > self._model_size:
             self.model, self._model_size, self._shape = weakref.ref(model), size, None
+            dtype.watch(model, self._dtype_seen)
+
+    def _dtype_seen(self, name):
+        self.compute_dtype = name
 
     def phase(self, name, seconds):
         self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
@@ -236,6 +243,10 @@ class OtelSink:
 
     def _observe_checkpoint_last(self, options):
         return [Observation(v, {**self.attrs, names.CHECKPOINT_EVENT: k}) for k, v in list(self.checkpoint_last.items())]
+
+    def _observe_dtype(self, options):
+        d = self.compute_dtype
+        return [Observation(1, {**self.attrs, names.DTYPE: d})] if d else []
 
     def _observe_step_last(self, options):
         t = self.step_last
