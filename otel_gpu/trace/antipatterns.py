@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from .gemm_kernels import classify, device_arch, misaligned_dims, older_arch
-from .idle_causes import CAUSES, LABELS, where_in_step
+from .idle_causes import CAUSES, LABELS
 from .op_shapes import input_shapes
+from .steps import step_of
 
 SYNC_DRAIN = CAUSES.index("sync_drain")
 SHAPE_PATTERNS = ("gemm_misaligned", "gemm_old_arch", "gemm_fp32", "pageable_h2d")
@@ -45,7 +46,7 @@ def queue_drain_sync(ch) -> None:
     j = np.maximum(j, 0)
     rows = syncs[j] if len(syncs) else syncs
     if ch.windows:
-        steps = {ch.step_of_time(t) for t in g0.tolist()} - {-1}
+        steps = set(step_of(g0, ch.windows).tolist()) - {-1}
         # a step ending after the GPU's last event has no measured idle after it: not counted
         end = float(ch.k["end"].max()) if len(ch.k["end"]) else 0.0
         counted = max(1, sum(1 for _, _, b in ch.windows if b <= end))
@@ -54,8 +55,7 @@ def queue_drain_sync(ch) -> None:
     else:
         value, threshold = float(len(g0)), th.drain_min_count
         hit = len(g0) >= threshold
-    pos = [where_in_step(t, ch.windows)[1] for t in g0.tolist()]
-    pos = [p for p in pos if p is not None]
+    pos = _positions_in_step(g0, ch.windows)
     depth = ch.queue_depth_at(s0[j]) if len(g0) and len(syncs) else np.zeros(0)
     fill = att["fill_us"].get("sync_drain", {})
     where = {"ops": ch.ops_of(rows), "calls": ch.names_of(rows), "steps": ch.steps_of(rows), "count": int(len(g0)),
@@ -64,6 +64,22 @@ def queue_drain_sync(ch) -> None:
              "drained_idle_fill_us": fill, "refill_idle_us": round(refill_us, 1)}
     at_stake = float((g1 - g0).sum()) + refill_us
     ch.report("queue_drain_sync", label, value, threshold, hit, where, at_stake, idle_caused_us=at_stake)
+
+
+def _positions_in_step(times: np.ndarray, windows: list) -> list[float]:
+    """``where_in_step(t, windows)[1]`` of each time (us) that falls in a step, in one pass."""
+    if not windows or not len(times):
+        return []
+    span: dict[int, tuple[float, float]] = {}
+    for num, a, b in windows:
+        if b > a:
+            span.setdefault(num, (a, b))
+    out = []
+    for t, step in zip(times.tolist(), step_of(times, windows).tolist()):
+        ab = span.get(step)
+        if ab is not None:
+            out.append(round(100 * (t - ab[0]) / (ab[1] - ab[0]), 1))
+    return out
 
 
 def _gemm_where(ch, rows: np.ndarray, extra: dict | None = None) -> dict:
