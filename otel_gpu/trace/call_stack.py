@@ -188,8 +188,8 @@ def _link_backward(v, parent, node, thread, threads, gpu_thread, th_present, roo
     rows = v.rows
     labels = []
     order = sorted((t for t in range(len(threads)) if th_present[t] and not gpu_thread[t]),
-                   key=lambda t: (threads[t][0], threads[t][1]) if all(isinstance(x, int) for x in threads[t])
-                   else (str(threads[t][0]), str(threads[t][1])))
+                   key=lambda t: tuple((isinstance(x, str), x if isinstance(x, str) else int(x)) for x in threads[t]))
+    # (numbers before text ids: a trace mixing int and text tids is sorted, not refused)
     row_th = thread[rows]
     for t in order:
         nm = ev.name[rows[row_th == t]]

@@ -124,13 +124,18 @@ def check_outputs(json_path: str | None, csv_dir: str | None, inputs: list[str] 
     if json_path:
         output.check(json_path, inputs, label=f"--json {json_path}")
     if csv_dir:
-        parent = os.path.dirname(os.path.abspath(csv_dir))
-        if os.path.exists(csv_dir) and not os.path.isdir(csv_dir):
-            raise UsageError(f"--csv {csv_dir}: exists and is not a folder")
-        if not os.path.isdir(parent):
-            raise UsageError(f"--csv {csv_dir}: folder {parent} does not exist")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise UsageError(f"--csv {csv_dir}: folder {parent} is not writable")
+        check_folder("--csv", csv_dir)
+
+
+def check_folder(flag: str, folder: str) -> None:
+    """Refuse an output folder that is a file or whose parent is missing or not writable (UsageError)."""
+    parent = os.path.dirname(os.path.abspath(folder))
+    if os.path.exists(folder) and not os.path.isdir(folder):
+        raise UsageError(f"{flag} {folder}: exists and is not a folder")
+    if not os.path.isdir(parent):
+        raise UsageError(f"{flag} {folder}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {folder}: folder {parent} is not writable")
 
 
 def register(sub) -> None:
@@ -178,6 +183,8 @@ def register(sub) -> None:
     a.add_argument("--verbose", action="store_true",
                    help="also print the notes that matter only to compare figures with HTA's (always in --json)")
     a.set_defaults(func=run_analyze)
+    from .gpu_flame_cli import add_arguments as gpu_time_arguments   # --folded, --push: GPU time by code
+    gpu_time_arguments(a)
 
     d = tsub.add_parser("diff", help="what changed between two runs (per op and per kernel)")
     d.add_argument("a", help="baseline trace folder")
@@ -234,6 +241,8 @@ def _import_analysis() -> None:
 def run_analyze(args) -> int:
     inputs = input_files(args.dir)
     check_outputs(args.json_out, args.csv_dir, inputs)
+    from . import gpu_flame_cli
+    gpu_flame_cli.check(args)
     if not args.kernel_sequences and (args.min_pattern_len is not None or args.top_k is not None):
         raise UsageError("--min-pattern-len and --top-k need --kernel-sequences OP")
     ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs, meanwhile=_import_analysis)
@@ -255,6 +264,11 @@ def run_analyze(args) -> int:
         if args.csv_dir:
             stage = RankFileStage(args.csv_dir, inputs)
         doc = analyze(ts, opts, args.jobs, keep_file=stage)
+        gpu_time = None   # GPU time by launching code, per rank (not made for --quiet alone: nothing shows it)
+        if not args.quiet or args.json_out or args.folded_dir or args.push_url:
+            from .gpu_flame import set_stacks
+            gpu_time = set_stacks(ts)
+            doc["gpu_time_by_code"] = gpu_flame_cli.summary(gpu_time)
         if not _write(args, doc, csv_files(doc) if args.csv_dir else None, inputs):
             return 1
     except StageFailed as exc:   # the --csv folder cannot be made, or a rank's file cannot be staged
@@ -268,7 +282,7 @@ def run_analyze(args) -> int:
         render_findings(doc, _console())
     else:
         render_analysis(doc, _console(), top=args.top, sequences_top=args.top_k or 5, verbose=args.verbose)
-    return 0
+    return gpu_flame_cli.finish(args, gpu_time, inputs)
 
 
 def run_diff(args) -> int:

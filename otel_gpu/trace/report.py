@@ -20,7 +20,7 @@ def _fmt(x, digits: int = 1) -> str:
 
 
 # columns folded as names; columns left out first on a narrow terminal (highest number first)
-_TEXT_COLUMNS = {"name", "pattern", "kernel sequence", "most time on the path"}
+_TEXT_COLUMNS = {"name", "pattern", "kernel sequence", "most time on the path", "launched by"}
 _LABEL_COLUMNS = {"rank", "step", "kernel_type", "category", "stream"}
 _DROP_FIRST = {"kernel_type": 3, "max us": 2, "mean us": 1, "non-compute": 2, "non-compute %": 2, "span": 1,
                "short": 2, "runtime outliers": 1, "delay outliers": 1, "changes": 2, "points": 2, "median": 1,
@@ -212,6 +212,9 @@ def render_analysis(doc: dict, console, top: int = 10, sequences_top: int = 5, v
         hang(console, "Straggler: ", f"rank {s['rank']}, busiest in {s['steps_slowest']} of "
                                      f"{words.count(len(cross['steps']), 'step')}, {s['excess_us']:,.0f} us "
                                      f"({s['excess_pct']:+.1f}%) more busy time than the median rank")
+    if doc.get("gpu_time_by_code", {}).get("top_stacks"):
+        from .gpu_flame_cli import table as gpu_time_table
+        console.print(_table(*gpu_time_table(doc["gpu_time_by_code"], top)))
     render_findings(doc, console)
 
 
