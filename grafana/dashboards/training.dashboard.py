@@ -68,6 +68,26 @@ lay.add(timeseries(
     "Which rank the others wait for is in the Stragglers row (busy time).",
     [(mean_step(RANK), "rank {{otelgpu_rank}}")], "s", fill=0), w=24)
 
+# energy per token: NVML's energy counter is read every ~10 s or more (its cost), so rates over 10 minutes;
+# per GPU where the GPU lists the ranks' processes, else all of a node's GPUs over all of its ranks' tokens
+EN_WINDOW = "10m"
+ON_GPU = ('group by (host_name, otelgpu_gpu_index, otelgpu_rank) (otelgpu_gpu_process_memory_usage_bytes'
+          '{otelgpu_job=~"$job", host_name=~"$node", otelgpu_rank!=""})')
+ENERGY = f"rate(hw_energy_joules_total{{host_name=~\"$node\"}}[{EN_WINDOW}])"
+TOKENS = f"sum by (host_name, otelgpu_rank) (rate(otelgpu_train_tokens_total{{{JOB}}}[{EN_WINDOW}]))"
+lay.add(timeseries(
+    "Energy per token, per GPU (J/token)",
+    "GPU energy (NVML's counter, read every ~10 s or more) over the tokens the ranks on that GPU counted, both as "
+    "10-minute rates. A GPU that lists no rank's process (containers hiding PIDs): the node's GPUs over the "
+    "node's ranks together. Tokens are non-padding ones; the run report and `otel-gpu tune` give the same ratio "
+    "between energy reads.",
+    [(f"sum by (host_name, otelgpu_gpu_index) ({ENERGY}) / on (host_name, otelgpu_gpu_index) "
+      f"sum by (host_name, otelgpu_gpu_index) ({TOKENS} * on (host_name, otelgpu_rank) group_right {ON_GPU})",
+      "{{host_name}} GPU {{otelgpu_gpu_index}}"),
+     (f"(sum by (host_name) ({ENERGY}) / sum by (host_name) ({TOKENS})) unless on (host_name) {ON_GPU}",
+      "{{host_name}} all GPUs")],
+    "short", calcs=("mean", "last"), fill=0), w=24)
+
 lay.row("Where does the step go?")
 lay.add(timeseries(
     "Phase breakdown, share of wall time (mean over ranks)",

@@ -22,6 +22,8 @@ from ..safe_text import visible
 from ..words import count
 from ..record.window import recorded_window
 from . import data as rd
+from . import energy as renergy
+from ..energy_read import from_recording as energy_of
 from .flames import flames
 from .steps import fmt_median, step_summary
 from .html import render
@@ -37,6 +39,7 @@ class Built:
     job: str | None
     seconds: float
     notes: list[str] = field(default_factory=list)
+    energy: list[str] = field(default_factory=list)   # the run summary's energy lines
 
 
 def _count(n: int, noun: str) -> str:
@@ -70,7 +73,10 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
         "findings": [f.as_dict() for f in findings], "diagnosis_note": note,
         "plots": rd.plots(rec, start, end), "flames": flames(rec),
     }
-    return Built(render(data), findings, summary, rec.job, time.perf_counter() - t0, notes)
+    rows, job = energy_of(rec)
+    data["energy"] = renergy.table(rows, job)
+    return Built(render(data), findings, summary, rec.job, time.perf_counter() - t0, notes,
+                 renergy.summary_lines(rows, job))
 
 
 def input_files(dirs: Sequence[Path]) -> list[Path]:
@@ -102,6 +108,7 @@ def summary_text(built: Built, out: Path) -> str:
     top = [f for f in built.findings if not f.missing][:3]
     for i, f in enumerate(top, 1):
         lines.append(f"  {i}. [{f.severity}] {visible(f.title)}")
+    lines += built.energy
     if built.summary and not top:
         lines.append("  no bottleneck found")
     lines.append(f"otel-gpu: report {visible(str(relative(out)))}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..safe_text import html_text, script_json
+from .energy import html as energy_html
 
 HERE = Path(__file__).resolve().parent
 VENDOR = HERE / "vendor"
@@ -27,6 +28,7 @@ def render(data: dict) -> str:
 <div id="errors"></div>
 <section id="sec-summary"><h2>Steps</h2>
 <table id="summary"><tr><th>rank</th><th>steps</th><th>median step time</th></tr>{ranks}</table></section>
+{energy_html(data.get("energy") or [])}
 <section id="sec-findings"><h2>Findings</h2>
 <div id="findings"></div></section>
 <section id="sec-plots"><h2>Time series</h2>

@@ -35,6 +35,11 @@ COLUMNS = (
     ("ib_bytes_per_s", "IB GiB/s", 1 / 2**30, "{:.2f}", "InfiniBand port bytes, tx+rx, summed over ports"),
     ("nic_bytes_per_s", "NIC MiB/s", 1 / 2**20, "{:.2f}", "Ethernet bytes, tx+rx, summed over physical interfaces"),
     ("cpu_busy", "CPU busy", 100, "{:.0f}%", "host CPU time not idle, mean over the window"),
+    ("tokens_per_s", "tokens/s", 1, "{:.4g}", "tokens the ranks counted in the window, over its seconds"),
+    ("tflops_per_gpu", "TFLOP/s per GPU", 1, "{:.3g}", "model FLOPs the ranks counted in the window, over its "
+     "seconds and the GPUs they use (TFLOP/s)"),
+    ("joules_per_step", "J/step", 1, "{:.4g}", "NVML energy of the ranks' GPUs per step, between energy reads in the window"),
+    ("joules_per_token", "J/token", 1, "{:.4g}", "NVML energy of the ranks' GPUs over the tokens counted, same interval"),
 )
 MEMORY_KEY = "gpu_memory_peak_bytes"
 GPU_KEYS = ("sm_activity", "tensor_activity", "gpu_utilization", MEMORY_KEY, "nvlink_bytes_per_s", "pcie_bytes_per_s")
@@ -94,6 +99,8 @@ def from_recording(rec, t0: float, t1: float, agent_note: str | None = None) -> 
         WINDOW: t1 - t0,
     }
     out.update(_collectives_recorded(rec, t0, t1))
+    from .work_evidence import from_recording as work_of   # tokens, FLOPs and energy (imports this module)
+    work = work_of(rec, t0, t1)
     seen = {
         "agent": any(rec.summaries(spec.name, t0, t1) for spec in (N.CPU_UTILIZATION, N.SAMPLES, N.MEMORY_USAGE)),
         "gpu": bool(rec.summaries(N.GPU_UTILIZATION.name, t0, t1) or rec.summaries(N.GPU_MEMORY_USAGE.name, t0, t1)),
@@ -105,6 +112,14 @@ def from_recording(rec, t0: float, t1: float, agent_note: str | None = None) -> 
                               if st.last}),
     }
     out[NOT_CHECKED] = reasons(out, seen, agent_note)
+    return _with_work(out, work)
+
+
+def _with_work(out: dict[str, Any], work: dict[str, Any]) -> dict[str, Any]:
+    """`out` with the work and energy numbers and their own reasons (work_evidence.py)."""
+    why = work.pop(NOT_CHECKED)
+    out.update(work)
+    out[NOT_CHECKED] = {**{k: v for k, v in out[NOT_CHECKED].items() if k not in work}, **why}
     return out
 
 
@@ -268,7 +283,8 @@ def from_prometheus(query: Callable[[str, float], list], node_selector: str, tri
     out[BASIS] = ("+".join(sorted(b for b in bases if b)) or None) if by_kind else None
     seen = {k: bool(scalar(q)) for k, q in PROM_SEEN.items()}
     out[NOT_CHECKED] = reasons(out, seen, None)
-    return out
+    from .work_evidence import from_prometheus as work_of   # tokens, FLOPs and energy (imports this module)
+    return _with_work(out, work_of(query, node_selector.strip().strip("{}"), trial_selector, t0, t1, w))
 
 
 def _first(*values):

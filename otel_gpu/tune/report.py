@@ -25,6 +25,7 @@ from ..words import count, noun
 from . import config as C
 from . import evidence as E
 from . import explain
+from . import scores as SC
 from .sampler import BASELINE, REPEAT
 
 EVIDENCE_COLUMNS = tuple((key, header, scale, form) for key, header, scale, form, _ in E.COLUMNS)
@@ -90,9 +91,32 @@ def noise(all_rows: list[Row]) -> tuple[float | None, str]:
                     f"({', '.join(fmt_seconds(t) for t in times)})")
 
 
-def best(all_rows: list[Row]) -> Row | None:
+def best(all_rows: list[Row], study: optuna.Study | None = None) -> Row | None:
+    """The best trial: the fastest one under step time, else the study's best by its objective; None for
+    a multi-objective study (its Pareto front is listed instead: `front_lines`)."""
+    if study is not None and SC.of_study(study) != SC.DEFAULT:
+        top = SC.front(study)
+        number = top[0].number if len(top) == 1 and len(study.directions) == 1 else None
+        return next((r for r in all_rows if r.number == number and r.status == "ok"), None)
     ok = [r for r in all_rows if r.status == "ok" and r.step_time_s]
     return min(ok, key=lambda r: r.step_time_s) if ok else None
+
+
+def front_lines(study: optuna.Study) -> list[str]:
+    """What the trials were scored by and, for several objectives, the Pareto front (none of its trials is
+    worse than another in every objective)."""
+    objectives = SC.of_study(study)
+    if objectives == SC.DEFAULT:
+        return []
+    said = ", ".join(f"{o} ({SC.OBJECTIVES[o][0]})" for o in objectives)
+    top = SC.front(study)
+    if len(objectives) == 1:
+        return [f"- scored by: {said}"]
+    out = [f"- scored by: {said}; the Pareto front ({count(len(top), 'trial')}):"]
+    for t in top:
+        shown = ", ".join(SC.shown(o, v) for o, v in zip(objectives, t.values))
+        out.append(f"  - trial {t.number}: {shown} ({md(str(Path(t.user_attrs.get('dir', '')) / 'ds_config.json'))})")
+    return out if top else out[:1] + ["  - no trial completed"]
 
 
 def importances(study: optuna.Study) -> dict[str, float] | str:
@@ -195,7 +219,7 @@ def markdown(study: optuna.Study, title: str = "otel-gpu tune report", out: Path
     all_rows = rows(study)
     base_row = next((r for r in all_rows if r.role == BASELINE), None)
     base_params = base_row.params if base_row else {}
-    top = best(all_rows)
+    top = best(all_rows, study)
     attrs = study.user_attrs
     lines = [f"# {title}", "", f"- study: {md(study.study_name)}",
              f"- base config: {md(str(attrs.get('base_config', '?')))} "
@@ -210,6 +234,7 @@ def markdown(study: optuna.Study, title: str = "otel-gpu tune report", out: Path
         lines.append(f"- best: trial {top.number}, {fmt_seconds(top.step_time_s)}: step time "
                      f"{fmt_change(top.vs_baseline)} against the baseline; {changed_params(top, base_params)}")
     lines.append(f"- {said}")
+    lines += front_lines(study)
     counts: dict[str, int] = {}
     for r in all_rows:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -253,7 +278,7 @@ def terminal_table(study: optuna.Study):
     all_rows = rows(study)
     base_row = next((r for r in all_rows if r.role == BASELINE), None)
     base_params = base_row.params if base_row else {}
-    top = best(all_rows)
+    top = best(all_rows, study)
     table = Table(title=Text(visible(f"otel-gpu tune: {study.study_name}")))
     for col in ("trial", "role", "status", "step time", "step time vs baseline", "wall s", "changed vs baseline / reason"):
         table.add_column(col, overflow="fold")
@@ -273,7 +298,7 @@ def write_outputs(study: optuna.Study, out: Path) -> dict[str, Path]:
     text = markdown(study, out=out)
     output.write(written["report"], text)
     C.write_json(written["trials"], [r.__dict__ for r in rows(study)])
-    top = best(rows(study))
+    top = best(rows(study), study)
     if top is not None:
         src = Path(study.trials[top.number].user_attrs.get("dir", "")) / "ds_config.json"
         if src.is_file():

@@ -42,6 +42,8 @@ def main() -> int:
     p.add_argument("--trial", type=int, help="this trial's number ({trial})")
     p.add_argument("--hold-trials", default="", help="comma-separated trial numbers that run until stopped")
     p.add_argument("--hold-s", type=float, default=60.0, help="the most a held trial runs (seconds)")
+    p.add_argument("--tokens", type=int, default=0, help="tokens of a 20 ms step; a step of t ms has N x (t/20)^2 "
+                   "(slower configs do more work per second: step time and tokens/s disagree)")
     args = p.parse_args()
     hold = args.trial is not None and str(args.trial) in args.hold_trials.split(",")
     with open(args.deepspeed) as f:
@@ -67,7 +69,8 @@ def main() -> int:
         if i == 3 and matches(config, args.hang_when):
             while True:
                 time.sleep(1)
-        with training.step(samples=1):
+        tokens = round(args.tokens * (dt / 0.020) ** 2) if args.tokens else None
+        with training.step(samples=1, tokens=tokens):
             time.sleep(dt + (args.warmup_extra if i == 0 else 0.0))
         elapsed = time.monotonic() - t0
         m, s = divmod(int(elapsed), 60)

@@ -1,0 +1,86 @@
+"""Energy per step and per token through the real pipeline: `otel-gpu run` records a plain loop that
+counts its tokens, beside a node agent reading one fake GPU's energy counter (the fake NVML, at its
+H100 call cost: read every 10 s), and forwards every body to VictoriaMetrics. J/token is the energy
+counter's increase between its reads during training over the tokens counted between the same
+times; the recording, PromQL (raw samples) and the run summary agree, and the Training dashboard's
+panel is the node's energy rate over its ranks' token rate (no GPU lists a process here)."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from otel_gpu import names as N
+from otel_gpu.dashboards.interpolate import PROMETHEUS, interpolate, variables
+from otel_gpu.dashboards.queries import queries
+from otel_gpu.energy import reads
+from otel_gpu.energy_read import from_prometheus, from_recording
+from otel_gpu.promql import PromClient
+from otel_gpu.record.reader import Recording
+from tests.childenv import clean_env
+
+from .conftest import HERE, REPO, record
+
+pytestmark = pytest.mark.slow
+SECONDS = "22"   # two energy reads inside training at the fake H100 cost (every 10 s; the first may come before it)
+
+
+def test_joules_per_token_recorded_and_served_agree(victoriametrics, tmp_path):
+    vm, job = victoriametrics, f"energy-{uuid.uuid4().hex[:8]}"
+    env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"{vm.url}/opentelemetry", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
+    r = record(tmp_path / "run", [sys.executable, str(HERE / "tokens_job.py"), SECONDS], "--job", job, "--no-profile",
+               "--agent-arg=--fake-gpus=1", env=env, cwd=tmp_path)
+    assert r.proc.returncode == 0, r.proc.stderr[-3000:]
+    with Recording.open([r.directory]) as rec:
+        (row,), whole = from_recording(rec)
+        (energy,) = rec.series(N.GPU_ENERGY.name)
+        (tokens,) = rec.series(N.TRAIN_TOKENS.name)
+        (steps,) = rec.series(N.TRAIN_STEPS.name)
+        host = energy.get(N.HOST)
+        lo, hi = tokens.points[0][0], tokens.points[-1][0]
+        last_read = energy.points[-1][0]
+        served_window = from_recording(rec, lo, hi)
+    # the definition, from the raw points: energy reads (a new value) inside training, tokens between them
+    inside = [(t, v) for t, v in reads(energy.points) if lo <= t <= hi]
+    assert len(inside) >= 2, (inside, lo, hi)
+    (a, ea), (b, eb) = inside[0], inside[-1]
+    tt, tv = np.array(tokens.points).T
+    st, sv = np.array(steps.points).T
+    d_tokens = np.interp(b, tt, tv) - np.interp(a, tt, tv)
+    d_steps = np.interp(b, st, sv) - np.interp(a, st, sv)
+    assert row.joules == pytest.approx(eb - ea, rel=1e-9) and row.joules > 0 and row.resets == 0
+    assert row.j_per_token == pytest.approx((eb - ea) / d_tokens, rel=1e-9), row
+    assert row.j_per_step == pytest.approx((eb - ea) / d_steps, rel=1e-9), row
+    assert whole.j_per_token == row.j_per_token and "no GPU lists a rank's process" in row.basis
+    # a fake H100 at its load draws ~100-700 W; 512 tokens a ~40 ms step: about 13,000 tokens/s
+    assert 100 / 13000 / 2 < row.j_per_token < 700 / 13000 * 2, row
+    summary = r.proc.stdout + r.proc.stderr
+    assert f"energy, GPU 0: {row.j_per_step:.3g} J/step, {row.j_per_token:.3g} J/token" in summary, summary
+    # PromQL: the same raw samples, the same numbers
+    vm.flush()
+    time.sleep(1.0)
+    vm.flush()
+    with PromClient(vm.url) as client:
+        (prow,), pjob = from_prometheus(client.query, f'host_name="{host}"', f'otelgpu_job="{job}"', lo, hi)
+        (rrow,), _ = served_window
+        for key in ("joules", "steps", "tokens", "j_per_step", "j_per_token"):
+            assert getattr(prow, key) == pytest.approx(getattr(rrow, key), rel=1e-3), (key, prow, rrow)   # ms timestamps there
+        assert rrow.j_per_token == pytest.approx(row.j_per_token, rel=1e-9)
+        # the Training dashboard's J/token panel (10-minute rates) once the last energy read is exported (a
+        # read shows at the agent's next export: rates lag it by up to a read period)
+        dash = json.loads((REPO / "grafana" / "dashboards" / "training.json").read_text())
+        (panel,) = [q for q in queries(dash) if q.kind == "promql" and "hw_energy_joules_total" in q.expr
+                    and "unless" in q.expr]
+        expr = interpolate(panel.expr, PROMETHEUS, variables(dash), {"job": job, "node": host, "rank": "0"},
+                           {"job": [job], "node": [host], "rank": ["0"]}, {"__rate_interval": "1m"})
+        got = {s.labels.get("host_name"): s.value for s in client.query(expr, time=last_read)}
+        energy_rate = client.query(f'sum(rate(hw_energy_joules_total{{host_name="{host}"}}[10m]))', time=last_read)
+        token_rate = client.query(f'sum(rate(otelgpu_train_tokens_total{{otelgpu_job="{job}"}}[10m]))', time=last_read)
+    # the node's GPUs over the node's ranks (no GPU lists a process here): the ratio of the two rates
+    assert set(got) == {host} and got[host] > 0, got
+    assert got[host] == pytest.approx(energy_rate[0].value / token_rate[0].value, rel=1e-9), (got, energy_rate, token_rate)
