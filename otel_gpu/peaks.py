@@ -20,6 +20,7 @@ from typing import Mapping
 DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 TERA = 1e12
 MAX_NAME = 96   # longest product name echoed in a "not checked" line (names are device data)
+FP8_NOT_CHECKED = "not checked: no MFU under FP8 (scaling recipes differ; as torchtitan)"
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,7 @@ class Peak:
         if self.why_not:
             return None, self.why_not
         if dtype == "fp8":
-            return None, "not checked: no MFU under FP8 (scaling recipes differ; as torchtitan)"
+            return None, FP8_NOT_CHECKED
         value = self.flops.get(dtype)
         if value is None:
             return None, f"not checked: {self.device} has no {dtype} peak (no {dtype} tensor cores)"

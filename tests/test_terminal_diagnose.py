@@ -17,7 +17,7 @@ from otel_gpu.terminal import wrap_lines
 from otel_gpu.words import all_of, count, noun, plural_of
 from tests.childenv import REPO, clean_env
 
-LABEL = re.compile(r"^(\d+\. |   (seen|why|do|where|when):\s+|  note: |otel-gpu diagnose: )")
+LABEL = re.compile(r"^(\d+\. |   (seen|why|do|where|when):\s+|  (note|work|time): |otel-gpu diagnose: )")
 
 
 @pytest.fixture(scope="module")

@@ -69,6 +69,10 @@ def build_node(config: NodeConfig) -> Node:
 
     gpu = node.gpu
     named = PidFinder(config.process_patterns, proc_root=config.proc_root) if config.process_patterns else None
+    fake = getattr(gpu, "_nvml", None) if config.fake_gpus else None
+    if named is not None and hasattr(fake, "adopt"):   # the fake GPUs run the named ranks (fake_ranks.py)
+        from ..sources.fake_ranks import adopter
+        fake.adopt(adopter(named, config.proc_root))
 
     def watched() -> set[int]:
         """Processes on a GPU, plus those the user named (rescanned at most every 5 s)."""

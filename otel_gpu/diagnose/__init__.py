@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .account import summary as work_summary
 from .comm import comm_bound
 from .consistency import gpu_consistency
 from .findings import Finding, rank_findings, worst_severity
@@ -58,6 +59,7 @@ class Report:
             "profiles": w.profile.source if w.profile is not None else None,
             "worst_severity": worst_severity(self.findings),
             "findings": [f.as_dict() for f in self.findings],
+            "work": work_summary(w),   # TFLOP/s, tokens/s, MFU and where the time went (account.py)
             "queries": self.queries, "seconds": round(self.seconds, 4),
         }
 

@@ -45,6 +45,10 @@ class RankStats:
     collective_seq: dict[str, dict[str, float]] = field(default_factory=dict)  # process group -> {"started": n,
                                                                                 # "completed": n} (NCCL)
     recent_outside_s: float | None = None  # checkpoint and eval seconds (own time + waits) in the window's last RECENT_S
+    flops: float | None = None         # model FLOPs of the batches fetched in the window (diagnose/work.py); None: not exported
+    flops_basis: str = ""              # how they were counted (otelgpu.flops.basis)
+    tokens: float | None = None        # tokens trained on in the window; None: not exported
+    compute_dtype: str = ""            # fp32, tf32, bf16, fp16, fp8 (otelgpu.train.compute.dtype); "": not seen
 
     @property
     def mean_step_s(self) -> float | None:
@@ -75,6 +79,7 @@ class GpuStats:
     model: str = ""                   # hw.name ("" when not known)
     pcie_gen: float | None = None     # highest PCIe link generation reached in the window
     pcie_width: float | None = None   # widest PCIe link (lanes) reached in the window
+    peaks: dict[str, float] = field(default_factory=dict)  # dtype -> dense peak FLOP/s (otelgpu.gpu.peak.flops)
     samples: int = 0
     first_t: float | None = None
     last_t: float | None = None

@@ -10,6 +10,7 @@ from .. import names as N
 from ..promql import Series
 from . import queries as Qb
 from .model import GpuStats, NodeStats, RankStats, Timeline
+from .work import peak_inputs, work_inputs
 
 
 def _num(v: float) -> float | None:
@@ -57,7 +58,7 @@ def parse_ranks(result: list[Series]) -> list[RankStats]:
             collective_by_phase=coll,
             collective_by_kind=kinds, param_gather_s=_increase(v, "fetch") or 0.0,
             collective_basis=basis_of(bases) if coll else "",
-            collective_unmeasured=unmeasured, saves=_increase(v, "saves"), **stall_inputs(v)))
+            collective_unmeasured=unmeasured, saves=_increase(v, "saves"), **stall_inputs(v), **work_inputs(v)))
     return out
 
 
@@ -137,7 +138,7 @@ def parse_gpus(result: list[Series]) -> list[GpuStats]:
             throttle={k[len("throttle_"):]: x for k, x in v.items() if k.startswith("throttle_") and x is not None},
             ranks=sorted((k[len("rank_"):] for k in v if k.startswith("rank_") and k != "rank_"), key=_int),
             model=min((k[len("model_"):] for k in v if k.startswith("model_") and k != "model_"), default=""),
-            pcie_gen=v.get("pcie_gen"), pcie_width=v.get("pcie_width"),
+            pcie_gen=v.get("pcie_gen"), pcie_width=v.get("pcie_width"), peaks=peak_inputs(v),
             samples=int(v.get("n") or 0), first_t=v.get("t0"), last_t=v.get("t1")))
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from .. import names as N
 from ..readings import MetricSpec
 from .model import RECENT_S
+from .work import peak_part, work_parts
 
 Q = "otelgpu_q"   # the tag label; never a real label of ours
 THROTTLE_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake")
@@ -171,6 +172,7 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
                                       f"({last(selector(seq, job_sel, otelgpu_collective_state='completed'))})",
         "recent_ph": f"sum {by} ({delta(between, recent)})",
         "recent_co": f"sum {by} ({delta(outside_coll, recent)})",
+        **work_parts(job_sel, W, selector),   # model FLOPs, tokens, compute dtype (diagnose/work.py)
     })
 
 
@@ -202,6 +204,7 @@ def gpu_summary(agent_sel: str, w: float, res: float) -> str:
         "model:hw_name": f"max by ({GPU_BY}, hw_name) (max_over_time({mem}[{W}]))",   # consistency.py
         "pcie_gen": f"max {g} (max_over_time({selector(N.GPU_PCIE_LINK_GENERATION, agent_sel)}[{W}]))",
         "pcie_width": f"max {g} (max_over_time({selector(N.GPU_PCIE_LINK_WIDTH, agent_sel)}[{W}]))",
+        **peak_part(agent_sel, W, selector, GPU_BY),   # dense peaks per dtype (diagnose/work.py)
         "n": f"max {g} (count_over_time({mem}[{W}]))",
         "t0": first_time(f"max {g} ({mem})", W, R),
         "t1": f"max {g} (timestamp({mem}))",   # exact while the series is alive at the window's end

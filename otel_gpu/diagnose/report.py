@@ -73,6 +73,7 @@ def text(d: dict, width: int | None = None) -> str:
     lines = _wrap("otel-gpu diagnose: ", visible(header(d)), width)
     for n in d["notes"]:
         lines += _wrap("  note: ", visible(n), width)
+    lines += _work_text(d.get("work") or {}, width)
     if not any(not f["missing"] for f in d["findings"]):
         lines.append("no bottleneck found above the thresholds")
     for i, f in enumerate(d["findings"], 1):
@@ -116,10 +117,42 @@ def markdown(d: dict) -> str:
         if f["tune_space"]:   # a "`" in a value could end the fence: JSON's own escape instead
             out += ["", "Suggested `otel-gpu tune` space:", "", "```json",
                     json.dumps(f["tune_space"], indent=1).replace("`", "\\u0060"), "```"]
+    out += _work_markdown(d.get("work") or {})
     missing = [f for f in d["findings"] if f["missing"]]
     if missing:
         out += ["", "## Not checked", ""] + [f"- {md(f['title'])}" for f in missing]
     return "\n".join(out) + "\n"
+
+
+def _work_head(wk: dict) -> str:
+    job = wk["job"]
+    rates = [f"{job['tflops_per_gpu']} per GPU" if job["flops_per_s_per_gpu"] is not None else "",
+             job["tokens"] if job["tokens_per_s"] is not None else ""]
+    return ", ".join([r for r in rates if r] + [job["tensor"] or f"MFU {job['mfu']}"])
+
+
+def _work_text(wk: dict, width: int | None) -> list[str]:
+    """The job's work and where its time went (account.py), for the terminal."""
+    if not wk:
+        return []
+    lines = _wrap("  work: ", visible(_work_head(wk)), width)
+    for line in wk["lines"]:
+        lines += _wrap("  time: ", visible(line), width)
+    return lines
+
+
+def _work_markdown(wk: dict) -> list[str]:
+    if not wk:
+        return []
+    acc = wk["account"]
+    out = ["", "## Work and where the time went", "", f"- **work:** {md(_work_head(wk))}"]
+    if wk["job"]["basis"]:
+        out.append(f"- **MFU basis:** {md(wk['job']['basis'])}")
+    if acc["why_not"]:
+        return out + [f"- {md(acc['why_not'])}"]
+    out += ["", "| part | share of wall time | basis |", "|---|---|---|"]
+    out += [f"| {md(p['label'])} | {fmt.pct(p['share'])} | {md(p['basis'])} |" for p in acc["parts"]]
+    return out + [f"- note: {md(n)}" for n in acc["notes"]]
 
 
 def findings_from_dicts(rows: list[dict]) -> list[Finding]:

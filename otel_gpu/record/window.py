@@ -22,6 +22,7 @@ from ..diagnose.parse import basis_of, estimate_interval, node_stats, occupancy,
 from ..diagnose.window import resolution
 from .reader import Recording, Series, Summary
 from .stall_inputs import stall_inputs_of
+from .work import peaks_of, work_of
 
 VIRTUAL = re.compile(r"^(|lo|docker.*|veth.*|virbr.*|br-.*|cni.*|flannel.*)$")
 AGENT_LOG = "agent.log"   # `otel-gpu run` writes the node agent's messages here when it starts one
@@ -58,6 +59,7 @@ def ranks_of(rec: Recording, start: float, end: float, rebase: bool = False) -> 
     unmeasured = _group(summaries(N.TRAIN_COLLECTIVE_UNMEASURED), by)
     save_ranges = save_ranges_of(rec, start, end) if ckpt else {}
     stall = stall_inputs_of(rec, start, end)
+    work = work_of(rec, start, end, rebase)
     out = []
     for key, ss in steps.items():
         host, rank = key
@@ -92,7 +94,7 @@ def ranks_of(rec: Recording, start: float, end: float, rebase: bool = False) -> 
             collective_by_phase=dict(by_phase),
             collective_by_kind=dict(by_kind), param_gather_s=fetch, collective_basis=basis_of(bases) if key in coll else "",
             collective_unmeasured={k: v for k, v in lost.items() if v}, saves=sum(ends) if ends else None,
-            save_ranges=save_ranges.get(key, []), **stall.get(key, {})))
+            save_ranges=save_ranges.get(key, []), **stall.get(key, {}), **work.get(key, {})))
     return sorted(out, key=lambda r: (int(r.rank) if r.rank.isdigit() else 1 << 30, r.rank, r.host))
 
 
@@ -117,6 +119,7 @@ def gpus_of(rec: Recording, start: float, end: float) -> list[GpuStats]:
     events = g(N.GPU_CLOCK_EVENT, lambda s: s.get(N.CLOCK_REASON) in THROTTLE_REASONS)
     means = lambda table, key: _agg((st.mean for _, st in table.get(key, [])), mean)  # noqa: E731
     peaks = lambda table, key: _agg((st.max for _, st in table.get(key, [])), max)  # noqa: E731
+    dense = peaks_of(rec, start, end)   # dense peak FLOP/s per dtype (record/work.py)
     out = []
     for key in sorted(set(util) | set(sm) | set(mem), key=lambda k: (k[0], int(k[2]) if k[2].isdigit() else 1 << 30, k[1])):
         host, uuid, index = key
@@ -132,6 +135,7 @@ def gpus_of(rec: Recording, start: float, end: float) -> list[GpuStats]:
             power_limit_w=peaks(plimit, key), temp_c=means(temp, key), temp_max_c=peaks(temp, key),
             clock_hz=means(clock, key), clock_max_hz=peaks(clock, key), mem_used_b=peaks(mem, key),
             mem_limit_b=peaks(mlimit, key), throttle={k: mean(v) for k, v in throttle.items()}, ranks=ranks,
+            peaks=dense.get(key, {}),
             samples=max((st.n for st in ms), default=0), first_t=min((st.first_t for st in ms), default=None),
             last_t=max((st.last_t for st in ms), default=None)))
     return out

@@ -22,6 +22,7 @@ from ..safe_text import visible
 from ..words import count
 from ..record.window import recorded_window
 from . import data as rd
+from . import work as rwork
 from . import energy as renergy
 from ..energy_read import from_recording as energy_of
 from .flames import flames
@@ -40,6 +41,7 @@ class Built:
     seconds: float
     notes: list[str] = field(default_factory=list)
     energy: list[str] = field(default_factory=list)   # the run summary's energy lines
+    work: list[str] = field(default_factory=list)     # the run summary's work lines (TFLOP/s, MFU, time)
 
 
 def _count(n: int, noun: str) -> str:
@@ -52,9 +54,10 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
     if span is None:
         raise RecordingError(f"{', '.join(map(str, rec.dirs))}: the recording is empty")
     start, end = span
-    findings, note = [], ""
+    findings, note, window = [], "", None
     try:
-        findings = run_rules(recorded_window(rec), thresholds)
+        window = recorded_window(rec)
+        findings = run_rules(window, thresholds)
     except DiagnoseError as exc:
         note = f"No diagnosis: {exc}"
     summary = step_summary(rec)
@@ -72,11 +75,14 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
                      "median": fmt_median(s)} for s in summary],
         "findings": [f.as_dict() for f in findings], "diagnosis_note": note,
         "plots": rd.plots(rec, start, end), "flames": flames(rec),
+        "work": rwork.section(window),   # TFLOP/s, MFU and where the time went
     }
     rows, job = energy_of(rec)
     data["energy"] = renergy.table(rows, job)
-    return Built(render(data), findings, summary, rec.job, time.perf_counter() - t0, notes,
+    built = Built(render(data), findings, summary, rec.job, time.perf_counter() - t0, notes,
                  renergy.summary_lines(rows, job))
+    built.work = rwork.summary_lines(data["work"])
+    return built
 
 
 def input_files(dirs: Sequence[Path]) -> list[Path]:
@@ -109,6 +115,7 @@ def summary_text(built: Built, out: Path) -> str:
     for i, f in enumerate(top, 1):
         lines.append(f"  {i}. [{f.severity}] {visible(f.title)}")
     lines += built.energy
+    lines += built.work
     if built.summary and not top:
         lines.append("  no bottleneck found")
     lines.append(f"otel-gpu: report {visible(str(relative(out)))}")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..safe_text import html_text, script_json
 from .energy import html as energy_html
+from .work import html as work_html
 
 HERE = Path(__file__).resolve().parent
 VENDOR = HERE / "vendor"
@@ -29,6 +30,7 @@ def render(data: dict) -> str:
 <section id="sec-summary"><h2>Steps</h2>
 <table id="summary"><tr><th>rank</th><th>steps</th><th>median step time</th></tr>{ranks}</table></section>
 {energy_html(data.get("energy") or [])}
+{work_html(data.get("work") or {})}
 <section id="sec-findings"><h2>Findings</h2>
 <div id="findings"></div></section>
 <section id="sec-plots"><h2>Time series</h2>

@@ -246,6 +246,7 @@ class FakeNvml:
             self._handles.append(h)
         self._event_sets: list[list] = []
         self._mig_serial = 0
+        self._adopted = None   # GPU index -> PIDs of real processes listed on it (fake_ranks.py)
 
     def _mig_handle(self, gpu: _Handle, k: int, mig: FakeMig, serial: int = 0) -> _Handle:
         i = gpu.index
@@ -266,6 +267,10 @@ class FakeNvml:
         for h in kept + created:
             h.spec = gpu.spec
         gpu.migs = kept + created
+
+    def adopt(self, on_gpu) -> None:
+        """List real processes too: `on_gpu(index)` gives the PIDs on GPU `index` (each said to use 1 GiB)."""
+        self._adopted = on_gpu
 
     def set_processes(self, index: int, processes: tuple[FakeProcess, ...]) -> None:
         """What jobs starting and ending do: GPU `index` lists `processes` from now on."""
@@ -577,6 +582,8 @@ class FakeNvml:
         if h.spec.mig_devices and h.mig is None:
             return []
         procs = h.spec.processes if h.mig is None else (h.spec.processes if h is h.parent.migs[0] else ())
+        if self._adopted is not None and h.mig is None:
+            procs = tuple(procs) + tuple(FakeProcess(pid, 1 << 30) for pid in self._adopted(h.index))
         return [SimpleNamespace(pid=p.pid, usedGpuMemory=p.used_memory, gpuInstanceId=0xFFFFFFFF,
                                 computeInstanceId=0xFFFFFFFF) for p in procs]
 
