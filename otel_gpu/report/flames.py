@@ -95,3 +95,31 @@ def flames(rec: Recording, min_share: float = MIN_FLAME_SHARE, max_nodes: int = 
     phases = sorted({p for _, p in keys}, key=lambda p: (PHASE_ORDER.index(p) if p in PHASE_ORDER else 99, p))
     return {"unit": unit or "nanoseconds", "names": list(names), "ranks": ranks, "phases": phases, "trees": packed,
             "own_trees": own, "native": sorted(names[n] for n in native if n in names)}
+
+
+GPU_PHASE = "GPU time by launching code (trace)"
+
+
+def add_gpu_time(doc: dict, per_rank: dict, min_share: float = MIN_FLAME_SHARE,
+                 max_nodes: int = MAX_FLAME_NODES) -> dict:
+    """Add GPU time by launching code to `flames`' result, in place, as one more phase (`GPU_PHASE`) of
+    each rank: ``per_rank`` maps a rank to its folded stacks (frames root first -> GPU time in ns), as
+    ``otel_gpu.trace.gpu_flame.trace_dir_stacks(trace_dir)`` gives them for a run's captured traces.
+    The page then shows it beside the CPU flame graph of the same rank (both in nanoseconds)."""
+    names = {n: i for i, n in enumerate(doc["names"])}
+    for rank, stacks in sorted(per_rank.items()):
+        trees: dict = {}
+        for stack, ns in stacks.items():
+            if ns > 0:
+                _add(trees, "gpu", stack, ns)
+        if trees:
+            tree = trees["gpu"]
+            doc["trees"][f"{rank}|{GPU_PHASE}"] = _pack(tree, _floor(tree, min_share, max_nodes), names)
+            if str(rank) not in doc["ranks"]:
+                doc["ranks"] = sorted(doc["ranks"] + [str(rank)], key=_num_key)
+            if GPU_PHASE not in doc["phases"]:
+                doc["phases"].append(GPU_PHASE)
+    doc["names"] = list(names)
+    doc["gpu_phase"] = GPU_PHASE   # the page leaves it out of "all" phases (CPU samples) and names it GPU time
+    return doc
+

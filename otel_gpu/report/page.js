@@ -188,7 +188,9 @@ function mergeInto(a, b) {
 // the trees of `rank` and `phase` ("all": any) in `trees`, found by "rank|phase" key (a name may hold "|")
 function chosen(trees, rank, phase) {
   const out = [];
-  for (const r of rank === "all" ? F.ranks : [rank]) for (const p of phase === "all" ? F.phases : [phase]) {
+  // "all" phases: the CPU samples only (GPU time by launching code, F.gpu_phase, is another measure)
+  const phases = phase === "all" ? F.phases.filter((p) => p !== F.gpu_phase) : [phase];
+  for (const r of rank === "all" ? F.ranks : [rank]) for (const p of phases) {
     if (Object.prototype.hasOwnProperty.call(trees, r + "|" + p)) out.push(trees[r + "|" + p]);
   }
   return out;
@@ -219,7 +221,7 @@ function drawFlame() {
   box.dataset.ownLeftOut = seconds(ownTotal).toFixed(6);
   box.dataset.native = tree.children.filter((c) => native.has(c.name)).map((c) => c.name).join("|");
   document.getElementById("flame-total").textContent =
-    `${seconds(tree.value).toFixed(2)} s of samples (rank ${rank}, phase ${phase})` +
+    `${seconds(tree.value).toFixed(2)} s of ${phase === F.gpu_phase ? "GPU time" : "samples"} (rank ${rank}, phase ${phase})` +
     (ownTotal ? `; otel-gpu's own threads, ${seconds(ownTotal).toFixed(2)} s, left out` : "");
   box.innerHTML = "";
   if (!tree.value) { box.append(el("div", { class: "empty" }, "no samples for this rank and phase")); return; }
