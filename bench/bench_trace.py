@@ -17,9 +17,12 @@ workers; both tools use fork-pool workers). Each tool runs from a venv of its ow
 missing): HTA installed there (pip byte-compiles it); ours off this checkout, the versions of what
 it imports installed here put there, byte-compiled with compileall before timing. After timing,
 HTA's tables are compared with ours (percentages within 0.01 points, times within 1 us, same
-kernels and counts). Sets: the largest multi-rank set replicated to ``--ranks`` ranks, and a
-large one (``--big``): ``--big-from``'s events repeated ``--big-grow`` times per file, replicated
-to 32 ranks (about 3.9 M events).
+kernels and counts). Sets: the largest multi-rank set replicated to ``--ranks`` ranks; one
+generated set per ``--shapes`` entry (``bench/trace_shapes.py``: LLM, DLRM-style, CNN, NCCL-heavy;
+``--shape-ranks`` ranks, deterministic from ``--seed``); and a large one (``--big``): ``--big-from``'s
+events repeated ``--big-grow`` times per file, replicated to 32 ranks (about 3.9 M events). The bar
+for each set: HTA's wall time at least 10x ours ("same x") and ours' peak memory at most 0.25x HTA's
+("mem same").
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from otel_gpu.trace.critical_path import BOUNDS as CP_BOUNDS  # noqa: E402
+from bench.trace_shapes import SHAPES, write_set  # noqa: E402
 STDLIB_JSON = False
 TIME = "/usr/bin/time" if os.path.exists("/usr/bin/time") else shutil.which("time")
 HTA_SCRIPT = r"""
@@ -315,6 +319,10 @@ def main() -> int:
     ap.add_argument("--ours-venv", default="/tmp/otelgpu-trace-venv",
                     help="venv ours runs from (made when missing); '' for this Python")
     ap.add_argument("--ranks", default="64", help="replicated multi-rank sizes (of the largest multi-rank set)")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="generated sets, comma-separated ('' for none): "
+                    + ", ".join(SHAPES))
+    ap.add_argument("--shape-ranks", type=int, default=64, help="ranks of each generated set")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the generated sets")
     ap.add_argument("--big", default="32", help="rank counts of the large set: --big-from's events repeated "
                     "--big-grow times per rank (32: about 3.9 M events); '' for none")
     ap.add_argument("--big-from", default="hta_nccl_data")
@@ -327,6 +335,9 @@ def main() -> int:
                     "plus queue length, memory bandwidth and potential stragglers, or all with every "
                     "rank's critical path")
     ap.add_argument("--repeat", type=int, default=3, help="runs per tool and set; medians are shown")
+    ap.add_argument("--work", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else None,
+                    help="folder for the generated sets and both tools' CSV output (default /dev/shm: a tmpfs, so "
+                    "ours' syncfs of its outputs does not wait behind other processes' writes to a shared disk)")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--stdlib-json", action="store_true", help="ours with the standard library's JSON decoder")
     args = ap.parse_args()
@@ -344,10 +355,15 @@ def main() -> int:
     gpu_sets = {k: v for k, v in sets.items() if "cpu_only" not in k}
     largest = max(gpu_sets, key=lambda k: dir_mb(gpu_sets[k]))
     multi = max((k for k in gpu_sets if len(os.listdir(gpu_sets[k])) > 1), key=lambda k: dir_mb(gpu_sets[k]))
-    work = tempfile.mkdtemp(prefix="bench-trace-")
+    work = tempfile.mkdtemp(prefix="bench-trace-", dir=args.work)
     runs = [(largest, gpu_sets[largest]), (multi, gpu_sets[multi])] if args.shared else []
     for n in [int(x) for x in args.ranks.split(",") if x]:
         runs.append((f"{multi} x{n} ranks", replicate(gpu_sets[multi], n, os.path.join(work, f"rep{n}"))))
+    for shape in [x for x in args.shapes.split(",") if x]:
+        if shape not in SHAPES:
+            raise SystemExit(f"--shapes: unknown shape {shape!r} (one of {', '.join(SHAPES)})")
+        runs.append((f"{shape} x{args.shape_ranks} ranks (seed {args.seed})",
+                     write_set(shape, os.path.join(work, f"shape-{shape}"), args.shape_ranks, args.seed)))
     if args.big and args.big_from in gpu_sets:
         one = grow(gpu_sets[args.big_from], args.big_grow, os.path.join(work, "big1"))
         for n in [int(x) for x in args.big.split(",") if x]:
@@ -357,6 +373,13 @@ def main() -> int:
         for n in [int(x) for x in args.grow.split(",") if x]:
             runs.append((f"{args.grow_from} x{n} in one file",
                          grow(gpu_sets[args.grow_from], n, os.path.join(work, f"grow{n}"))))
+    try:
+        return _run_sets(args, runs, work, hta_py, ours_py, hta_steps)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_sets(args, runs: list, work: str, hta_py: str, ours_py: str, hta_steps: str) -> int:
     results = []
     # our modules byte-compiled, as pip compiled HTA's into its venv (with PYTHONDONTWRITEBYTECODE set,
     # an editable checkout would otherwise compile every module from source in every run: ~60 ms)
@@ -370,7 +393,7 @@ def main() -> int:
                              ).stdout.split()
     print(f"ours: python -m otel_gpu.trace analyze DIR --csv OUT --quiet [--no-critical-path] (JSON decoder: "
           f"{backend[0]}, gzip: {backend[1]}, byte-compiled, {ours_py}); HTA 0.5.0 ({hta_py}): {hta_steps}; median of "
-          f"{args.repeat} runs each, alternating")
+          f"{args.repeat} runs each, alternating; sets and outputs under {work}; {os.cpu_count()} CPUs")
     print(f"{'set':<40} {'ranks':>5} {'MB':>6} {'HTA s':>7} {'same s':>7} {'dflt s':>7} {'same x':>7} "
           f"{'dflt x':>7} {'dflt/same':>9} {'HTA MB':>7} {'same MB':>7} {'dflt MB':>7} {'mem same':>8} "
           f"{'mem dflt':>8}  numbers")
@@ -384,6 +407,10 @@ def main() -> int:
               f"{r['default_s'] / r['same_s']:>9.2f} {r['hta_mb']:>7.0f} {r['same_mb']:>7.0f} {r['default_mb']:>7.0f} "
               f"{r['same_mb'] / r['hta_mb']:>8.2f} {r['default_mb'] / r['hta_mb']:>8.2f}  "
               f"{'identical' if r['identical'] else 'DIFFER ' + str(r['diffs'])}", flush=True)
+        wall_x, mem_x = r["hta_s"] / r["same_s"], r["same_mb"] / r["hta_mb"]
+        print(f"    bar (same analyses: >= 10x HTA's wall, <= 0.25x its peak memory): wall {wall_x:.1f}x "
+              f"{'met' if wall_x >= 10 else 'MISSED'}, memory {mem_x:.2f}x {'met' if mem_x <= 0.25 else 'MISSED'}",
+              flush=True)
         if args.baseline:
             print(f"    ours from {args.baseline}, same analyses: {r['base_s']:.2f} s ({r['base_s_spread'][0]:.2f}-"
                   f"{r['base_s_spread'][1]:.2f}), {r['base_mb']:.0f} MB; this tree / that one: "
