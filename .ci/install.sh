@@ -14,7 +14,8 @@ now() { date +%s; }
 
 # 1. Debian packages: Prometheus, node_exporter, docker-compose (config validation only), Chromium
 #    (headless, to open the recorded-run report in tests/record/test_report_browser.py), Alertmanager
-#    (tests/alerts: the shipped rules' alerts delivered to a webhook).
+#    (tests/alerts: the shipped rules' alerts delivered to a webhook), PostgreSQL (tests/tune/test_postgres.py:
+#    several tuners on one study; the test starts its own throwaway cluster on loopback).
 t0=$(now)
 missing=()
 for pair in prometheus:prometheus prometheus-node-exporter:prometheus-node-exporter docker-compose:docker-compose \
@@ -25,13 +26,14 @@ done
 "$PY" -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)   # Debian's python3 ships without pip
 # tests/test_quickstart.py makes a fresh virtual environment (Debian's python3 needs python3-venv for it)
 "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1 || missing+=(python3-venv)
+compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null || missing+=(postgresql)   # its binaries are off PATH
 if ((${#missing[@]})); then
   step "apt: installing ${missing[*]}"
   apt-get update -q >/dev/null
   apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
   step "apt: done in $(($(now) - t0)) s"
 else
-  step "apt: prometheus, prometheus-node-exporter, docker-compose, chromium, prometheus-alertmanager already installed"
+  step "apt: prometheus, prometheus-node-exporter, docker-compose, chromium, prometheus-alertmanager, postgresql already installed"
 fi
 
 # 2. From Debian sid, with a private apt state so the machine's sources stay untouched:
@@ -79,8 +81,8 @@ fi
 # torch first and pinned: the CPU wheel of this machine kind; anything else would pull GBs of CUDA
 step "pip: installing torch==2.13.0 (CPU) into $PY"
 "$PY" -m pip install "${pip_args[@]}" torch==2.13.0
-step "pip: installing -e .[test,profile,dashboards,tune,train,trace,instrument] into $PY"
-"$PY" -m pip install "${pip_args[@]}" -e '.[test,profile,dashboards,tune,train,trace,instrument]'
+step "pip: installing -e .[test,profile,dashboards,tune,postgres,train,trace,instrument] into $PY"
+"$PY" -m pip install "${pip_args[@]}" -e '.[test,profile,dashboards,tune,postgres,train,trace,instrument]'
 "$PY" -c 'import torch, sys; v = torch.__version__; sys.exit(0 if v.startswith("2.13.0") else f"torch {v} installed, expected 2.13.0")'
 step "pip: done in $(($(now) - t0)) s"
 

@@ -6,6 +6,8 @@ Outside CI a missing binary skips the tests that need it (with the install hint)
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -50,7 +52,27 @@ def victoriametrics(tmp_path_factory) -> VictoriaMetrics:
     server.stop()
 
 
-SERVER_FIXTURES = {"prometheus", "victoriametrics"}
+@pytest.fixture(scope="session")
+def postgres():
+    """One throwaway PostgreSQL cluster for the session (loopback, trust auth); make a database per
+    test with ``postgres.create_database(name)``, which returns its URL."""
+    from postgres import PG_BIN, Postgres
+
+    reason = None
+    if not Postgres.available():
+        reason = f"PostgreSQL not found at {PG_BIN or '/usr/lib/postgresql/*/bin'}; run `bash .ci/install.sh`"
+    elif importlib.util.find_spec("psycopg") is None:
+        reason = "psycopg (the PostgreSQL driver) is not installed; run `bash .ci/install.sh`"
+    if reason and os.environ.get("CI"):
+        pytest.fail(f"CI: {reason}", pytrace=False)
+    if reason:
+        pytest.skip(reason)
+    server = Postgres().start()
+    yield server
+    server.stop()
+
+
+SERVER_FIXTURES = {"prometheus", "victoriametrics", "postgres"}
 
 
 def pytest_collection_modifyitems(config, items):

@@ -58,10 +58,6 @@ def register(sub) -> None:
     g = p.add_argument_group("scoring and pruning")
     g.add_argument("--warmup-steps", type=bounded_int(0), default=3, help="steps left out of the step time (default 3)")
     g.add_argument("--min-steps", type=bounded_int(1), default=5, help="steps after warm-up a trial must show (default 5)")
-    g.add_argument("--objective", type=_objectives, default=("step_time",), metavar="NAMES",
-                   help="what trials are scored by, comma-separated: step_time (default), tokens_per_s, "
-                        "tflops_per_gpu, joules_per_token; several: a multi-objective study (its Pareto front is "
-                        "reported; slow trials are pruned only under step_time alone)")
     g.add_argument("--no-prune", action="store_true", help="never stop a slow trial early")
     g.add_argument("--prune-ratio", type=positive_float(lo=1.0, hi=1000.0), default=1.25, help="prune at this multiple of the best step time (default 1.25)")
     g.add_argument("--prune-after", type=bounded_int(1), default=5, metavar="STEPS",
@@ -136,16 +132,7 @@ def _settings(args):
         export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,
         seed=args.seed, deepspeed_check=not args.no_deepspeed_check, prebuild_ops=args.prebuild_ops,
         node_agent=node_agent, node_agent_args=tuple(args.node_agent_arg), baseline_runs=args.baseline_runs,
-        keep_going=args.keep_going, objectives=args.objective)
-
-
-def _objectives(raw: str) -> tuple[str, ...]:
-    """argparse type of --objective (scores.parse)."""
-    from .scores import parse
-    try:
-        return parse(raw)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        keep_going=args.keep_going)
 
 
 def _node_agent(args) -> bool:
@@ -267,6 +254,7 @@ def run(args) -> int:
     from . import config as C, report
     from .extensions import PrebuildError
     from .study import BaselineFailed, TuneError, Tuner, open_storage
+    from .storage import shown_url
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     settings = _settings(args)
@@ -278,7 +266,7 @@ def run(args) -> int:
         try:
             study = optuna.load_study(study_name=settings.study_name, storage=open_storage(settings.storage))
         except (KeyError, TuneError) as exc:
-            raise UsageError(f"no study {settings.study_name!r} in {settings.storage}: {exc}") from None
+            raise UsageError(f"no study {settings.study_name!r} in {shown_url(settings.storage)}: {exc}") from None
         written = report.write_outputs(study, settings.out)
         console.print(report.terminal_table(study))
         console.print(f"report: {markup(str(written['report']))}")
@@ -293,7 +281,7 @@ def run(args) -> int:
         raise UsageError(getattr(exc, "strerror", None) and f"{exc.strerror}: {exc.filename}" or str(exc)) from None
     previous = {sig: signal.signal(sig, _raise_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}   # as Ctrl-C
     failed = None
-    console.print(f"study {markup(repr(settings.study_name))} in {markup(settings.storage)}: {tuner.counted()} of "
+    console.print(f"study {markup(repr(settings.study_name))} in {markup(shown_url(settings.storage))}: {tuner.counted()} of "
                   f"{count(settings.trials, 'trial')} done; results in {markup(str(settings.out))}", highlight=False)
     try:
         tuner.run()

@@ -9,6 +9,7 @@ So a killed tuner, started again with the same arguments, loses no trial and rep
 from __future__ import annotations
 
 import fcntl
+import importlib.util
 import os
 import socket
 import time
@@ -17,10 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
 from . import trial as T
 from .sampler import SAMPLED
+
+
+# the advisory lock's key: one for every otel-gpu tuner of a database (64-bit, signed)
+PG_LOCK_KEY = int.from_bytes(b"otelgpuT", "big", signed=True)
 
 
 class TuneError(RuntimeError):
@@ -33,31 +39,61 @@ def storage_url(study: str | os.PathLike) -> str:
     return text if "://" in text else "sqlite:///" + str(Path(text).resolve())
 
 
+def shown_url(url: str) -> str:
+    """The storage URL as printed: a password in it replaced by ***."""
+    if "://" not in url or url.startswith("sqlite"):
+        return url
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except (sqlalchemy.exc.ArgumentError, ValueError):   # not a URL it parses: show nothing after the scheme
+        return url.split("://", 1)[0] + "://..."
+
+
 def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """The RDB storage at `url`; a bare `postgresql://` uses psycopg 3 (the `postgres` extra), whatever
+    SQLAlchemy's default driver (psycopg2 before 2.1); `postgresql+<driver>://` picks another."""
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    shown = shown_url(url)
+    if url.startswith("postgresql://"):
+        if importlib.util.find_spec("psycopg") is None:
+            raise TuneError(f"cannot open study storage {shown}: the PostgreSQL driver psycopg is not installed "
+                            "(pip install 'otel-gpu[postgres]')")
+        url = "postgresql+psycopg://" + url[len("postgresql://"):]
     for attempt in range(3):   # workers starting together race to create the tables: retry
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
         except Exception as exc:   # SQLAlchemy raises many kinds; say which storage and why
             if attempt == 2:
-                raise TuneError(f"cannot open study storage {url}: {' '.join(str(exc).split())[:200]}") from None
+                why = " ".join(str(exc).split()).replace(url, shown)[:200]
+                raise TuneError(f"cannot open study storage {shown}: {why}") from None
             time.sleep(0.5 + attempt)
     raise AssertionError("unreachable")
 
 
 @contextmanager
-def storage_lock(url: str):
-    """Serialize ask()/seeding between processes sharing one SQLite file (SQLite has no
-    SELECT ... FOR UPDATE, so two workers could pop the same queued trial). Server RDBs lock rows."""
-    if not url.startswith("sqlite:///"):
+def storage_lock(url: str, storage: optuna.storages.RDBStorage | None = None):
+    """Serialize counting, ask() and retiring between the tuners of one study storage, so that two
+    workers neither pop the same queued trial nor both start the last trial of the budget.
+    SQLite: a file lock beside the database (SQLite has no SELECT ... FOR UPDATE). PostgreSQL (`storage`
+    given): a session advisory lock on a connection of its own, which the server drops with the
+    connection if the tuner dies. Other servers: none (Optuna's row locks still keep a queued trial
+    from being popped twice; the budget may be overshot by one trial per extra worker)."""
+    if url.startswith("sqlite:///"):
+        with open(url[len("sqlite:///"):] + ".lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+    elif storage is not None and storage.engine.dialect.name == "postgresql":
+        with storage.engine.connect() as con:
+            con.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": PG_LOCK_KEY})
+            try:
+                yield
+            finally:
+                con.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": PG_LOCK_KEY})
+    else:
         yield
-        return
-    with open(url[len("sqlite:///"):] + ".lock", "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def owner() -> dict[str, Any]:

@@ -23,12 +23,11 @@ from . import config as C
 from . import extensions as X
 from . import trial as T
 from . import evidence as E
-from . import scores as SC
 from .node_agent import NodeAgent, agent_env
 from .objective import StepStats
 from .sampler import BASELINE, REPEAT, SAMPLED, SEED, baseline_values, make_sampler, queued_trials  # noqa: F401
 from .space import Space
-from .storage import TuneError, open_storage, owner, retire, retire_stale, storage_lock, storage_url  # noqa: F401
+from .storage import TuneError, open_storage, owner, retire, retire_stale, shown_url, storage_lock, storage_url  # noqa: F401
 
 HEARTBEAT_S = 30.0
 
@@ -63,7 +62,6 @@ class Settings:
     node_agent_args: tuple[str, ...] = ()   # extra flags for that agent
     baseline_runs: int = 2                  # times the baseline runs (noise), when the budget allows
     keep_going: bool = False                # run the other trials even when every baseline run failed
-    objectives: tuple[str, ...] = SC.DEFAULT    # what trials are scored by (scores.py); several: multi-objective
 
 
 @dataclass
@@ -97,6 +95,7 @@ class Tuner:
         self.base: dict = {}
         self.space = settings.space
         self.study: optuna.Study | None = None
+        self.rdb: optuna.storages.RDBStorage | None = None      # a database server's storage (for its lock)
         self.extension_roots = X.extension_roots(self.env)
 
     # ---- set-up -----------------------------------------------------------------------------------
@@ -130,10 +129,11 @@ class Tuner:
             Path(s.storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         sampler = make_sampler(s.seed)
         identity = {"base_config_sha256": hashlib.sha256(raw).hexdigest(), "command": s.command}
-        with storage_lock(s.storage):
-            self.study = optuna.create_study(storage=open_storage(s.storage), study_name=s.study_name,
-                                             directions=SC.directions(s.objectives), sampler=sampler, load_if_exists=True)
-            SC.check_study(self.study, s.objectives, s.study_name)
+        # a server's lock needs the storage first; SQLite's file lock is taken before it is opened
+        self.rdb = None if s.storage.startswith("sqlite:///") else open_storage(s.storage)
+        with storage_lock(s.storage, self.rdb):
+            self.study = optuna.create_study(storage=self.rdb or open_storage(s.storage), study_name=s.study_name,
+                                             direction="minimize", sampler=sampler, load_if_exists=True)
             self._seed(identity, values)
         self.retire_stale()
         self._clean_extensions("before the first trial")
@@ -180,13 +180,13 @@ class Tuner:
             for k, v in identity.items():
                 if attrs.get(k) != v:
                     what = "base config" if k.startswith("base") else "command"
-                    raise TuneError(f"study {s.study_name!r} in {s.storage} was started with a different {what}; "
+                    raise TuneError(f"study {s.study_name!r} in {shown_url(s.storage)} was started with a different {what}; "
                                     "pass the same one to resume, or a new --study")
 
     # ---- resume -----------------------------------------------------------------------------------
     def retire_stale(self) -> list[int]:
         """Retire RUNNING trials whose tuner is gone; returns their numbers."""
-        with storage_lock(self.s.storage):
+        with storage_lock(self.s.storage, self.rdb):
             return retire_stale(self.study, self.s.stale_after_s, self.s.grace_s)
 
     # ---- the loop -----------------------------------------------------------------------------------
@@ -201,23 +201,24 @@ class Tuner:
         return n
 
     def best(self) -> tuple[float, int] | None:
-        """(step time, trial number) of the fastest completed trial: what pruning compares against."""
-        done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if t.user_attrs.get("step_time_s") is not None]
+        done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
         if not done:
             return None
-        t = min(done, key=lambda t: t.user_attrs["step_time_s"])
-        return t.user_attrs["step_time_s"], t.number
+        t = min(done, key=lambda t: t.value)
+        return t.value, t.number
 
     def run(self) -> list[Record]:
         while True:
             self.retire_stale()
-            if self.counted() >= self.s.trials:
-                return self.records
-            failed = None if self.s.keep_going else self.baseline_failure()
-            if failed:
-                raise BaselineFailed(failed)
-            self.records.append(self.run_one())
+            t0 = time.monotonic()
+            with storage_lock(self.s.storage, self.rdb):   # count and ask as one step: exact budget
+                if self.counted() >= self.s.trials:
+                    return self.records
+                failed = None if self.s.keep_going else self.baseline_failure()
+                if failed:
+                    raise BaselineFailed(failed)
+                trial = self.study.ask()
+            self.records.append(self.run_one(trial, t0))
 
     def baseline_failure(self) -> str | None:
         """Why the study cannot go on: every finished baseline run failed to be measured (crash, oom,
@@ -236,10 +237,8 @@ class Tuner:
                 f"{reason}; no further trial is started (fix the command or config and start a new study, e.g. "
                 "with a new --out; or pass --keep-going)")
 
-    def run_one(self) -> Record:
-        t0 = time.monotonic()
-        with storage_lock(self.s.storage):
-            trial = self.study.ask()
+    def run_one(self, trial: optuna.Trial, t0: float) -> Record:
+        """Run an asked trial (`t0`: time.monotonic() before the ask) to its record."""
         try:
             return self._run(trial, t0)
         except BaseException:
@@ -309,8 +308,7 @@ class Tuner:
             if now - state["beat"] >= HEARTBEAT_S:
                 state["beat"] = now
                 storage.set_trial_user_attr(tid, "heartbeat", time.time())
-            if (not s.prune or best is None or record.role == BASELINE or now - state["query"] < s.poll_s
-                    or s.objectives != SC.DEFAULT):   # pruning is by step time: only when that is the score
+            if not s.prune or best is None or record.role == BASELINE or now - state["query"] < s.poll_s:
                 # baseline runs are never pruned: every result is measured against them, and their
                 # repeats measure the noise
                 return None
@@ -383,19 +381,16 @@ class Tuner:
 
     def _finish(self, trial, record: Record) -> Record:
         storage, tid = self.study._storage, trial._trial_id
-        values, why = SC.values_of(self.s.objectives, record.step_time_s, record.evidence)
-        if record.status == T.OK and values is None:   # an objective's input is missing: never scored 0
-            record.status, record.reason = T.INCOMPLETE, why
         for k in ("status", "reason", "step_time_s", "steady_steps", "total_steps", "seconds", "overhead_s", "evidence"):
             storage.set_trial_user_attr(tid, k, getattr(record, k))
         C.write_json(Path(record.directory) / "result.json", record.__dict__, exclusive=True)
         if record.status == T.OK:
-            self.study.tell(trial, values)
+            self.study.tell(trial, record.step_time_s)
         else:
             self.study.tell(trial, state=TrialState.PRUNED if record.status == T.PRUNED else TrialState.FAIL)
         if record.status == T.OK:
-            best = SC.front(self.study)
-            if len(self.study.directions) == 1 and best and best[0].number == record.number:
+            best = self.best()
+            if best and best[1] == record.number:
                 cfg = json.loads((Path(record.directory) / "ds_config.json").read_text())
                 C.write_json(self.s.out / "best_config.json", cfg)
         self.events("end", record)

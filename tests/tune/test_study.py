@@ -296,7 +296,7 @@ def test_two_workers_share_one_study(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], outputs
     study = optuna.load_study(study_name="t", storage=storage_url(out / "study.db"))
     done = [t for t in study.get_trials() if t.state != optuna.trial.TrialState.WAITING]
-    assert 8 <= len(done) <= 9 and all(t.user_attrs["status"] == "ok" for t in done)
+    assert len(done) == 8 and all(t.user_attrs["status"] == "ok" for t in done)   # counted and asked under one lock
     assert len({t.user_attrs["tuner_pid"] for t in done}) == 2          # both worked
     # the baseline once, and once more as its planned repeat (noise), never twice by accident
     assert sorted(t.user_attrs.get("repeat", 0) for t in done if t.user_attrs["role"] == "baseline") == [0, 1]
