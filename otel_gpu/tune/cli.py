@@ -58,6 +58,10 @@ def register(sub) -> None:
     g = p.add_argument_group("scoring and pruning")
     g.add_argument("--warmup-steps", type=bounded_int(0), default=3, help="steps left out of the step time (default 3)")
     g.add_argument("--min-steps", type=bounded_int(1), default=5, help="steps after warm-up a trial must show (default 5)")
+    g.add_argument("--objective", type=_objectives, default=("step_time",), metavar="NAMES",
+                   help="what trials are scored by, comma-separated: step_time (default), tokens_per_s, "
+                        "tflops_per_gpu, joules_per_token; several: a multi-objective study (its Pareto front is "
+                        "reported; slow trials are pruned only under step_time alone)")
     g.add_argument("--no-prune", action="store_true", help="never stop a slow trial early")
     g.add_argument("--prune-ratio", type=positive_float(lo=1.0, hi=1000.0), default=1.25, help="prune at this multiple of the best step time (default 1.25)")
     g.add_argument("--prune-after", type=bounded_int(1), default=5, metavar="STEPS",
@@ -132,7 +136,16 @@ def _settings(args):
         export_interval_ms=args.export_interval, otlp_endpoint=args.otlp,
         seed=args.seed, deepspeed_check=not args.no_deepspeed_check, prebuild_ops=args.prebuild_ops,
         node_agent=node_agent, node_agent_args=tuple(args.node_agent_arg), baseline_runs=args.baseline_runs,
-        keep_going=args.keep_going)
+        keep_going=args.keep_going, objectives=args.objective)
+
+
+def _objectives(raw: str) -> tuple[str, ...]:
+    """argparse type of --objective (scores.parse)."""
+    from .scores import parse
+    try:
+        return parse(raw)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _node_agent(args) -> bool:

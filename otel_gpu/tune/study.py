@@ -23,6 +23,7 @@ from . import config as C
 from . import extensions as X
 from . import trial as T
 from . import evidence as E
+from . import scores as SC
 from .node_agent import NodeAgent, agent_env
 from .objective import StepStats
 from .sampler import BASELINE, REPEAT, SAMPLED, SEED, baseline_values, make_sampler, queued_trials  # noqa: F401
@@ -62,6 +63,7 @@ class Settings:
     node_agent_args: tuple[str, ...] = ()   # extra flags for that agent
     baseline_runs: int = 2                  # times the baseline runs (noise), when the budget allows
     keep_going: bool = False                # run the other trials even when every baseline run failed
+    objectives: tuple[str, ...] = SC.DEFAULT    # what trials are scored by (scores.py); several: multi-objective
 
 
 @dataclass
@@ -133,7 +135,8 @@ class Tuner:
         self.rdb = None if s.storage.startswith("sqlite:///") else open_storage(s.storage)
         with storage_lock(s.storage, self.rdb):
             self.study = optuna.create_study(storage=self.rdb or open_storage(s.storage), study_name=s.study_name,
-                                             direction="minimize", sampler=sampler, load_if_exists=True)
+                                             directions=SC.directions(s.objectives), sampler=sampler, load_if_exists=True)
+            SC.check_study(self.study, s.objectives, s.study_name)
             self._seed(identity, values)
         self.retire_stale()
         self._clean_extensions("before the first trial")
@@ -201,11 +204,13 @@ class Tuner:
         return n
 
     def best(self) -> tuple[float, int] | None:
-        done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)) if t.value is not None]
+        """(step time, trial number) of the fastest completed trial: what pruning compares against."""
+        done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if t.user_attrs.get("step_time_s") is not None]
         if not done:
             return None
-        t = min(done, key=lambda t: t.value)
-        return t.value, t.number
+        t = min(done, key=lambda t: t.user_attrs["step_time_s"])
+        return t.user_attrs["step_time_s"], t.number
 
     def run(self) -> list[Record]:
         while True:
@@ -308,7 +313,8 @@ class Tuner:
             if now - state["beat"] >= HEARTBEAT_S:
                 state["beat"] = now
                 storage.set_trial_user_attr(tid, "heartbeat", time.time())
-            if not s.prune or best is None or record.role == BASELINE or now - state["query"] < s.poll_s:
+            if (not s.prune or best is None or record.role == BASELINE or now - state["query"] < s.poll_s
+                    or s.objectives != SC.DEFAULT):   # pruning is by step time: only when that is the score
                 # baseline runs are never pruned: every result is measured against them, and their
                 # repeats measure the noise
                 return None
@@ -381,16 +387,19 @@ class Tuner:
 
     def _finish(self, trial, record: Record) -> Record:
         storage, tid = self.study._storage, trial._trial_id
+        values, why = SC.values_of(self.s.objectives, record.step_time_s, record.evidence)
+        if record.status == T.OK and values is None:   # an objective's input is missing: never scored 0
+            record.status, record.reason = T.INCOMPLETE, why
         for k in ("status", "reason", "step_time_s", "steady_steps", "total_steps", "seconds", "overhead_s", "evidence"):
             storage.set_trial_user_attr(tid, k, getattr(record, k))
         C.write_json(Path(record.directory) / "result.json", record.__dict__, exclusive=True)
         if record.status == T.OK:
-            self.study.tell(trial, record.step_time_s)
+            self.study.tell(trial, values)
         else:
             self.study.tell(trial, state=TrialState.PRUNED if record.status == T.PRUNED else TrialState.FAIL)
         if record.status == T.OK:
-            best = self.best()
-            if best and best[1] == record.number:
+            best = SC.front(self.study)
+            if len(self.study.directions) == 1 and best and best[0].number == record.number:
                 cfg = json.loads((Path(record.directory) / "ds_config.json").read_text())
                 C.write_json(self.s.out / "best_config.json", cfg)
         self.events("end", record)
