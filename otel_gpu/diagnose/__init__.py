@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .allocator import allocator
 from .account import summary as work_summary
 from .comm import comm_bound
 from .consistency import gpu_consistency
@@ -30,7 +31,7 @@ from .window import DiagnoseError, Window, fetch_window
 Rule = Callable[[Window, Thresholds], list[Finding]]
 
 RULES: list[Rule] = [sm_idle, comm_bound, checkpoint, input_bound, unphased_time, straggler, periodic_stalls,
-                     evaluation, epoch_boundaries, throttling, memory_pressure, tensor_idle, stall, gpu_consistency]
+                     evaluation, epoch_boundaries, throttling, memory_pressure, allocator, tensor_idle, stall, gpu_consistency]
 
 
 def run_rules(w: Window, th: Thresholds | None = None, rules: list[Rule] | None = None) -> list[Finding]:

@@ -14,6 +14,25 @@ class DiagnoseError(RuntimeError):
 
 
 @dataclass
+class AllocatorWindow:
+    """One rank's PyTorch CUDA caching allocator on one device over the window: counts are increases in the
+    window, bytes peaks or means of the exported values; None: not exported."""
+    retries: float | None = None          # cudaMalloc retries (cache flushed, allocation retried)
+    ooms: float | None = None             # out-of-memory errors raised
+    reserved_max_b: float | None = None
+    reserved_mean_b: float | None = None
+    allocated_max_b: float | None = None
+    inactive_mean_b: float | None = None  # free pieces of split blocks
+
+    @property
+    def fragmentation(self) -> float | None:
+        """Mean inactive-split bytes over mean reserved bytes (0..1); None without both."""
+        if self.inactive_mean_b is None or not self.reserved_mean_b:
+            return None
+        return self.inactive_mean_b / self.reserved_mean_b
+
+
+@dataclass
 class RankStats:
     """One training rank over the window; times in seconds, `first_t`/`last_t` unix seconds."""
     rank: str
@@ -49,6 +68,11 @@ class RankStats:
     flops_basis: str = ""              # how they were counted (otelgpu.flops.basis)
     tokens: float | None = None        # tokens trained on in the window; None: not exported
     compute_dtype: str = ""            # fp32, tf32, bf16, fp16, fp8 (otelgpu.train.compute.dtype); "": not seen
+    gc_s: dict[str, float] = field(default_factory=dict)   # generation ("0", "1", "2") -> seconds in Python's GC in
+                                                           # the window; empty: not exported
+    gc_n: dict[str, float] = field(default_factory=dict)   # generation -> collections in the window
+    alloc: dict[str, "AllocatorWindow"] = field(default_factory=dict)  # CUDA device -> allocator over the window;
+                                                                       # empty: not exported (no CUDA, not instrumented)
 
     @property
     def mean_step_s(self) -> float | None:

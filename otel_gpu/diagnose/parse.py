@@ -9,6 +9,7 @@ from typing import Any
 from .. import names as N
 from ..promql import Series
 from . import queries as Qb
+from .health import health_inputs
 from .model import GpuStats, NodeStats, RankStats, Timeline
 from .work import peak_inputs, work_inputs
 
@@ -58,7 +59,8 @@ def parse_ranks(result: list[Series]) -> list[RankStats]:
             collective_by_phase=coll,
             collective_by_kind=kinds, param_gather_s=_increase(v, "fetch") or 0.0,
             collective_basis=basis_of(bases) if coll else "",
-            collective_unmeasured=unmeasured, saves=_increase(v, "saves"), **stall_inputs(v), **work_inputs(v)))
+            collective_unmeasured=unmeasured, saves=_increase(v, "saves"), **stall_inputs(v), **work_inputs(v),
+            **health_inputs(v)))
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .. import names as N
 from ..readings import MetricSpec
+from .health import health_parts
 from .model import RECENT_S
 from .work import peak_part, work_parts
 
@@ -173,6 +174,7 @@ def rank_summary(job_sel: str, w: float, res: float) -> str:
         "recent_ph": f"sum {by} ({delta(between, recent)})",
         "recent_co": f"sum {by} ({delta(outside_coll, recent)})",
         **work_parts(job_sel, W, selector),   # model FLOPs, tokens, compute dtype (diagnose/work.py)
+        **health_parts(job_sel, W, selector),   # GC time, CUDA allocator (diagnose/health.py)
     })
 
 

@@ -5,6 +5,7 @@ import statistics
 
 from ..words import all_of, count
 from . import fmt
+from .allocator import memory_advice
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
 from .model import GpuStats, Window
@@ -178,6 +179,7 @@ def memory_pressure(w: Window, th: Thresholds) -> list[Finding]:
     full = [g for g in w.gpus if g.mem_used_b and g.mem_limit_b and g.mem_used_b / g.mem_limit_b >= t["gpu_used_max"]]
     if full:
         top = max(full, key=lambda g: g.mem_used_b / g.mem_limit_b)
+        advice, alloc = memory_advice(w, th)   # expandable segments only on the allocator's evidence
         out.append(Finding(
             rule="memory", title=f"GPU memory near full ({fmt.pct(top.mem_used_b / top.mem_limit_b)} peak)",
             severity="warning", confidence="high",
@@ -185,10 +187,8 @@ def memory_pressure(w: Window, th: Thresholds) -> list[Finding]:
                  f"{fmt.count(len(full), 'GPU')} at or above {fmt.pct(t['gpu_used_max'], 0)}",
             why="near the limit the caching allocator frees and retries (slow steps) and the next larger batch "
                 "or sequence runs out of memory",
-            action="set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, lower the micro-batch or sequence "
-                   "length, enable activation checkpointing, or use ZeRO-3 / offload to shard more state",
-            basis="risk: time lost is not measurable from the metrics", where=_where(full),
-            evidence={g.name: round(g.mem_used_b / g.mem_limit_b, 4) for g in full}))
+            action=advice, basis="risk: time lost is not measurable from the metrics", where=_where(full),
+            evidence={**{g.name: round(g.mem_used_b / g.mem_limit_b, 4) for g in full}, **alloc}))
     swapping = [n for n in w.nodes if (n.swap_used_b or 0) >= t["swap_used_bytes"]
                 or (n.swap_pages_per_s or 0) >= t["swap_pages_per_s"]]
     if swapping:

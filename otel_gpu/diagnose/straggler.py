@@ -16,7 +16,7 @@ import statistics
 
 from .. import names as N
 from ..words import count, noun
-from . import fmt, gpu_waits
+from . import fmt, gpu_waits, health
 from .findings import Finding, missing_input, severity_for
 from .thresholds import Thresholds
 from .model import RankStats, Window
@@ -58,6 +58,9 @@ def _causes(w: Window, r: RankStats) -> list[str]:
             out.append(f"{g.name} throttled ({', '.join(f'{k} {fmt.pct(v, 0)}' for k, v in active.items())})")
         if g.temp_c is not None and temps and g.temp_c > statistics.median(temps) + 8:
             out.append(f"{g.name} at {g.temp_c:.0f} C vs {statistics.median(temps):.0f} C elsewhere")
+    gc_pause = health.gc_cause(w.ranks, r)
+    if gc_pause:
+        out.append(gc_pause)
     node = w.node(r.host)
     if node is not None:
         if node.nic_errors:
@@ -131,7 +134,7 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
         why=f"the other {fmt.count(len(others), 'rank')} wait{'s' if len(others) == 1 else ''} for it in every "
             f"collective: about {fmt.gpu_time(lost, w.unit)} "
             f"({fmt.pct(share)} of step time)",
-        action=_action(name, r.host, phase, causes),
+        action=_gc_first(ranks, r, late, _action(name, r.host, phase, causes)),
         lost_s=lost, lost_share=share,
         basis="busy time per step (step time minus collective wait, checkpoint and eval) of the straggler over the "
               "others' median, x steps x the other ranks"
@@ -139,7 +142,8 @@ def straggler(w: Window, th: Thresholds) -> list[Finding]:
         where={"ranks": [name], "nodes": [r.host]},
         evidence={"lateness_s": round(late, 6), "phase": phase, "consistency": round(held, 3), "points": points, "phase_growth_s": round(grew[phase], 6),
                   "mean_step_s": round(step, 6), "per_rank": per_rank,
-                  "growth_by_phase_s": {k: round(v, 6) for k, v in grew.items()}, "candidate_causes": causes},
+                  "growth_by_phase_s": {k: round(v, 6) for k, v in grew.items()}, "candidate_causes": causes,
+                  **_gc_evidence(ranks)},
     )]
 
 
@@ -174,6 +178,20 @@ def _inconsistent(name: str, late: float, step: float, held: float, points: int)
               "most points",
         where={"ranks": [name]},
         evidence={"lateness_s": round(late, 6), "consistency": round(held, 3), "points": points})
+
+
+def _gc_evidence(ranks: list[RankStats]) -> dict:
+    per = {r.rank: health.gc_per_step(r) for r in ranks}
+    return {"gc_s_per_step": {k: round(v, 6) for k, v in per.items() if v is not None}} if any(
+        v is not None for v in per.values()) else {}
+
+
+def _gc_first(ranks: list[RankStats], r: RankStats, late: float, action: str) -> str:
+    """The action, led by the GC advice when the straggler's extra GC time is at least half its lateness."""
+    got = health.gc_excess(ranks, r)
+    if got is None or got[0] - got[1] < max(health.GC_EXCESS_MIN_S, 0.5 * late):
+        return action
+    return f"rank {r.rank}: {health.GC_ACTION}; then: {action}"
 
 
 def _action(rank: str, host: str, phase: str, causes: list[str]) -> str:

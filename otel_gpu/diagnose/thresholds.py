@@ -47,6 +47,14 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
         "swap_used_bytes": (1 << 30, "peak host swap in use at or above this (bytes)"),
         "swap_pages_per_s": (100.0, "mean pages swapped in+out per second at or above this"),
     },
+    "allocator": {
+        "retries_per_step_critical": (0.05, "CUDA allocator retries (cache flushed, cudaMalloc retried) per step at or "
+                                            "above this on a rank: critical; any retry in the window: warning"),
+        "fragmentation_warning": (0.3, "mean inactive-split bytes / mean reserved bytes at or above this on a device: "
+                                       "fragmentation warning"),
+        "reserved_min_bytes": (1 << 30, "fragmentation is judged only where the allocator reserves at least this "
+                                        "much on average (bytes)"),
+    },
     "checkpoint": {
         "share_warning": (0.03, "checkpoint share of wall time reported as a warning"),
         "share_critical": (0.10, "... and as critical"),

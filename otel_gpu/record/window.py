@@ -21,6 +21,7 @@ from ..diagnose.model import DiagnoseError, GpuStats, NodeStats, RankStats, Time
 from ..diagnose.parse import basis_of, estimate_interval, node_stats, occupancy, pair_saves
 from ..diagnose.window import resolution
 from .reader import Recording, Series, Summary
+from .health import health_of
 from .stall_inputs import stall_inputs_of
 from .work import peaks_of, work_of
 
@@ -60,6 +61,7 @@ def ranks_of(rec: Recording, start: float, end: float, rebase: bool = False) -> 
     save_ranges = save_ranges_of(rec, start, end) if ckpt else {}
     stall = stall_inputs_of(rec, start, end)
     work = work_of(rec, start, end, rebase)
+    health = health_of(rec, start, end, rebase)
     out = []
     for key, ss in steps.items():
         host, rank = key
@@ -94,7 +96,7 @@ def ranks_of(rec: Recording, start: float, end: float, rebase: bool = False) -> 
             collective_by_phase=dict(by_phase),
             collective_by_kind=dict(by_kind), param_gather_s=fetch, collective_basis=basis_of(bases) if key in coll else "",
             collective_unmeasured={k: v for k, v in lost.items() if v}, saves=sum(ends) if ends else None,
-            save_ranges=save_ranges.get(key, []), **stall.get(key, {}), **work.get(key, {})))
+            save_ranges=save_ranges.get(key, []), **stall.get(key, {}), **work.get(key, {}), **health.get(key, {})))
     return sorted(out, key=lambda r: (int(r.rank) if r.rank.isdigit() else 1 << 30, r.rank, r.host))
 
 
