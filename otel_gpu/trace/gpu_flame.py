@@ -33,14 +33,17 @@ SAMPLE_TYPE = "gpu_time"
 GPU_WORK_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "memcpy", "memset")  # Kineto's, old and new spelling
 NO_LAUNCH = "[launch not in the trace]"
 _STEP = re.compile(r"^ProfilerStep#\d+$")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+>$")
 _COPY_KIND = re.compile(r"^Memcpy (\w+?to\w+)")
 
 
 def frame(name: str) -> str:
-    """A name from the trace as a frame: visible, ``;`` escaped, a step annotation without its number."""
+    """A name from the trace as a frame: visible, ``;`` escaped, a step annotation without its number,
+    a built-in's object address left out (``<built-in method run_backward of ... object>``: the same
+    frame in every process and run)."""
     if _STEP.match(name):
         return "ProfilerStep"
-    return visible(name).replace(";", "\\x3b")
+    return _ADDRESS.sub(">", visible(name)).replace(";", "\\x3b")
 
 
 def kind_frame(name: str, kind: str) -> str | None:

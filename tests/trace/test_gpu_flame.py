@@ -119,8 +119,43 @@ def test_every_kernel_under_the_code_that_launched_it(tmp_path, old_cats):
     assert [ns for _, ns, _ in top] == [700_000, 300_500] and top[0][2] == round(100 * 700_000 / 1_302_500, 1)
 
 
+STACK_TRACE = os.path.join(os.path.dirname(__file__), "..", "data", "traces", "cpu_with_stack", "rank0.json.gz")
+
+
+def test_python_and_module_frames_of_a_real_with_stack_trace(tmp_path):
+    """A real trace recorded with with_stack and with_modules (CPU: no kernels of its own), with a launch
+    call and a kernel added inside each addmm, mm and relu op: every kernel under its op, under the
+    module and the Python frames that ran it."""
+    with gzip.open(STACK_TRACE, "rt") as fh:
+        doc = json.load(fh)
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] in ("aten::addmm", "aten::mm",
+                                                                                       "aten::relu")]
+    for i, op in enumerate(ops):
+        doc["traceEvents"] += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": op["pid"], "tid": op["tid"],
+             "ts": int(op["ts"]) + 2, "dur": 1, "args": {"correlation": 10 + i}},   # whole us: kept by rounding
+            {"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": int(op["ts"]) + 5, "dur": 2.0,
+             "args": {"device": 0, "stream": 7, "correlation": 10 + i}}]
+    with open(tmp_path / "rank0.json", "w") as fh:
+        json.dump(doc, fh)
+    stacks = trace_dir_stacks(str(tmp_path), include_last_step=True)[0]
+    assert len(ops) >= 18 and sum(stacks.values()) == 2000 * len(ops)
+    by_leaf = {s[-1]: s for s in stacks}
+    for i, op in enumerate(ops):
+        s = by_leaf[f"k{i}"]
+        assert op["name"] in s and s[0].startswith("make_stack_trace.py("), s
+        if op["name"] != "aten::mm":   # the forward ops: under their module (aten::mm: the backward)
+            module = "nn.Module: ReLU_0" if op["name"] == "aten::relu" else "nn.Module: Linear_"
+            assert any(f.startswith(module) for f in s) and ("aten::linear" in s or op["name"] == "aten::relu")
+        else:
+            assert any(f.startswith("autograd::engine::evaluate_function") for f in s)
+        assert not any(" at 0x" in f for f in s)   # built-ins' addresses left out: one frame in every process
+
+
 def test_frames_are_safe_and_fold():
     assert frame("ProfilerStep#17") == "ProfilerStep"
+    assert frame("<built-in method run_backward of torch._C._EngineBase object at 0x7f869846fbc0>") == \
+        "<built-in method run_backward of torch._C._EngineBase object>"
     assert frame("a;b\x1b[31m\n") == "a\\x3bb\\x1b[31m\\n"
     assert folded_text({("x;", "k"): 5, ("z",): 0}) == "x;;k 5\n"   # (frames come from frame(): ";" escaped)
 
