@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 from .export import otlp_settings
 from .profiling import PROFILE_VARIABLES
 from .safe_text import visible
-from .values import name_text, switch
+from .values import choice, name_text, switch
 
 PREFIX = "OTELGPU_"
 
@@ -29,6 +29,8 @@ RANK_VARIABLES: dict[str, Callable[[str, str], object]] = {
     "OTELGPU_TRAINING": switch,     # 0: no training telemetry at all
     "OTELGPU_JOB": name_text,       # the job name on every series and profile
     "OTELGPU_TRIAL": name_text,     # set by `otel-gpu tune` for each trial
+    # model FLOPs: the formula, or one batch measured with FlopCounterMode (training/flops_measure.py's CHOICES)
+    "OTELGPU_FLOPS": lambda raw, name: choice(raw, name, ("formula", "measure")),
     **PROFILE_VARIABLES,
 }
 

@@ -15,7 +15,8 @@ from otel_gpu.settings_check import KNOWN, RANK_VARIABLES, check_rank_settings, 
 from tests.childenv import clean_env
 
 INTS = {"OTELGPU_PROFILE_UPLOAD_S": (1, 3600), "OTELGPU_PROFILE_RATE": (1, 1000)}
-CHOICES = {"OTELGPU_PROFILE_MODE": ("wall", "cpu"), "OTELGPU_PROFILE_THREADS": ("all", "gil")}
+CHOICES = {"OTELGPU_PROFILE_MODE": ("wall", "cpu"), "OTELGPU_PROFILE_THREADS": ("all", "gil"),
+           "OTELGPU_FLOPS": ("formula", "measure")}
 SWITCHES = ("OTELGPU_TRAINING", "OTELGPU_PROFILE")
 SWITCH_WORDS = ("1", "0", "true", "false", "yes", "no", "on", "off")
 

@@ -27,7 +27,7 @@ from ..export import (import_exporter, merged_resource, meter_provider, otlp_exp
                       periodic_reader)
 from ..identity import point_attributes, rank_info, resource_attributes
 from ..values import SWITCH_OFF
-from . import dtype, flops
+from . import dtype, flops, flops_measure
 from .allocator import AllocatorReader
 from .gc_clock import GcClock
 from .timing import Timer
@@ -100,7 +100,8 @@ class OtelSink:
         self.token_positions = 0.0             # sum of tokens x sequence length (the attention term's basis)
         self.model = None                      # weakref to the model trained (the largest seen), for its FLOPs
         self._model_size = -1
-        self._shape = None                     # flops.Shape of that model, read once on the exporter thread
+        self._shape = None                     # flops.Shape of that model, read when it is seen
+        self.flops_meter = flops_measure.Meter() if flops_measure.requested() else None   # OTELGPU_FLOPS=measure
         self.compute_dtype = ""                # what that model computes in (dtype.py), seen in its first forward
         self.phase_s: dict[str, float] = {}
         self.checkpoints = {"start": 0, "end": 0}
@@ -168,7 +169,7 @@ class OtelSink:
         with the most parameters is the one whose FLOPs are counted. Once per model, not per step."""
         size = sum(int(getattr(p, "ds_numel", 0) or p.numel()) for p in model.parameters())
         if size > self._model_size:
-            self.model, self._model_size, self._shape = weakref.ref(model), size, None
+            self.model, self._model_size, self._shape = weakref.ref(model), size, self._shape_of(model)
             dtype.watch(model, self._dtype_seen)
 
     def _dtype_seen(self, name):
@@ -213,19 +214,25 @@ class OtelSink:
         tokens = self.tokens or self.tokens_counted
         return [Observation(tokens, self.attrs)] if tokens else []
 
+    def _shape_of(self, model):
+        """flops.Shape of `model`, read when it is seen (a loop's model may be gone by the last export,
+        at exit); None after an error. About as costly as the size above, once per model."""
+        try:
+            shape = flops.model_shape(model)
+        except Exception as exc:  # never let our bug reach the training loop
+            log.warning("otel-gpu: model FLOPs not counted: %r", exc)
+            return None
+        if shape.why_not and self.flops_meter is None:
+            log.info("otel-gpu: model FLOPs not checked: %s (%s=measure measures one batch)", shape.why_not,
+                     flops_measure.SETTING)
+        return shape
+
     def _observe_flops(self, options):
-        ref, tokens = self.model, self.tokens_counted
-        if ref is None or not tokens:
-            return []
-        shape = self._shape
-        if shape is None:
-            model = ref()
-            if model is None:
-                return []
-            shape = self._shape = flops.model_shape(model)
-            if shape.why_not:
-                log.info("otel-gpu: model FLOPs not checked: %s", shape.why_not)
-        if shape.why_not:
+        measured = self.flops_meter.flops() if self.flops_meter is not None else None
+        if measured is not None:   # one training batch under FlopCounterMode (flops_measure.py)
+            return [Observation(measured, {**self.attrs, names.FLOPS_BASIS: flops.BASIS_MEASURED})] if measured else []
+        shape, tokens = self._shape, self.tokens_counted
+        if shape is None or shape.why_not or not tokens:
             return []
         value = flops.model_flops(shape, tokens, self.token_positions)
         return [Observation(value, {**self.attrs, names.FLOPS_BASIS: flops.BASIS_ATTENTION})]

@@ -43,6 +43,9 @@ def _pre(optimizer, args, kwargs):
 
 def _post(optimizer, args, kwargs):
     t = session.timer()
+    meter = getattr(t.sink, "flops_meter", None) if t is not None else None
+    if meter is not None:   # OTELGPU_FLOPS=measure: the batch measured ends with the optimizer step
+        meter.boundary()
     if t is not None and t.driver in (None, DRIVER):
         t.exit("optimizer")
         t.mark_step(DRIVER)
@@ -121,6 +124,9 @@ def _count(t, iterator, batch) -> None:
         if pending is not None and fetched is not None:
             fetched(*pending)
         iterator._otelgpu_tokens = tokens.batch_tokens(batch) if batch is not None else None
+        meter = getattr(t.sink, "flops_meter", None)
+        if meter is not None:   # OTELGPU_FLOPS=measure (flops_measure.py)
+            meter.fetched(batch)
     except Exception as exc:  # never let our bug reach the training loop
         t.broken = True
         session.log.warning("otel-gpu training telemetry disabled after an internal error: %r", exc)
