@@ -23,8 +23,9 @@ start, when the GPU ran dry, names its cause, first match wins:
 A drain's cost does not end with its own gap: the queue it threw away has to be refilled, and until the
 CPU is ahead of the GPU again the GPU runs each kernel as soon as it is launched. So the
 ``launch_starvation`` gaps after a drain (a sync gap that began at least ``REFILL_MIN_WAIT_US`` into its
-sync call: the GPU had that much work queued), until the queue is refilled (a launch returns while the
-GPU is still busy: the next kernel waits in the queue) or the next drain, become ``sync_refill``: the
+sync call: the GPU had that much work queued), until the queue is refilled (a launch call returns while
+the GPU has at least ``REFILL_LEAD_US`` of work without a gap ahead: the CPU is ahead again; one short
+kernel that happens to outlast a launch call is not) or the next drain, become ``sync_refill``: the
 drain's. At most the lead the sync threw away (the time it waited for the GPU to run dry) is counted so
 per drain: a lead of L us could have hidden at most L us of idle. Launch-bound is left for starvation
 with no drain before it.
@@ -55,6 +56,7 @@ ALLOC_CALLS = ("cudaMalloc", "cudaFree", "cudaMallocHost", "cudaFreeHost", "cuda
                "hipMalloc", "hipFree", "hipHostMalloc", "hipHostFree")
 SYNC_COPY_CALLS = ("cudaMemcpy", "hipMemcpy")  # synchronous: the host waits for the queue and the copy
 REFILL_MIN_WAIT_US = 50.0  # a sync that waited this long for the GPU to run dry threw a queue away
+REFILL_LEAD_US = 50.0  # a launch returning with this much GPU work ahead (no gap) ends a refill
 END_OF_STEP_PCT = 90.0  # a gap beginning in the last 10% of a step (or crossing into the next) is "end of step"
 
 
@@ -191,12 +193,12 @@ def _refills(v: RankView, k: dict, g0: np.ndarray, g1: np.ndarray, cause: np.nda
         returned[wait >= REFILL_MIN_WAIT_US]
     if not len(drains):
         return refill_of
-    # launches that returned while the GPU was busy: from then on the queue holds work again
+    # launches that returned with the GPU busy for REFILL_LEAD_US more at least: the CPU is ahead again
     p = launch_pairs(v)
     call_end = np.sort((v.ev.ts[p["cpu_rows"]] - v.ts0) + np.maximum(v.ev.dur[p["cpu_rows"]], 0)).astype(np.float64)
     bs, be = merge_intervals(k["ts"], k["end"])
     b = np.searchsorted(bs, call_end, "right") - 1
-    busy = (b >= 0) & (call_end < be[np.maximum(b, 0)])
+    busy = (b >= 0) & (be[np.maximum(b, 0)] - call_end >= REFILL_LEAD_US)
     queued = call_end[busy]
     q = np.searchsorted(queued, returned, "right")
     refilled = np.full(len(returned), np.inf)   # never refilled: the refill runs until the next drain

@@ -27,12 +27,13 @@ def _item(b: Builder, cpu_ts: float, gpu_end: float, sync_copy: bool = False) ->
         b.runtime("cudaStreamSynchronize", cpu_ts + 6, gpu_end + 2 - cpu_ts - 6 + 3, ext)
 
 
-def refill_trace(item: bool = True, pre_us: float = 3000, sync_copy: bool = False) -> Builder:
+def refill_trace(item: bool = True, pre_us: float = 3000, sync_copy: bool = False, blip: bool = False) -> Builder:
     """Per 10 ms step: 150 tiny kernels (2 us), each launched only after the previous one ended (the GPU
     waits ~13 us for each: 1.95 ms a step), then 30 GEMMs of 200 us launched 10 us apart (the CPU gets
     ahead: the queue holds work again), then, with ``item``, ``.item()`` on the loss: a sync that waits
     ~5.6 ms for the GEMMs to drain. A previous iteration's ``.item()`` (``pre_us`` of work) precedes step 1.
-    Without ``item`` the same program has no sync: its starvation is its own (launch-bound)."""
+    Without ``item`` the same program has no sync: its starvation is its own (launch-bound). ``blip``: the
+    76th tiny kernel runs 14 us, outlasting the next launch call by 1 us (the CPU is not ahead for that)."""
     b = Builder(0)
     pre = 1_000_000 - 4000
     kernel(b, "aten::mm", GEMM_SM90, pre, pre + 10, pre_us)
@@ -42,7 +43,7 @@ def refill_trace(item: bool = True, pre_us: float = 3000, sync_copy: bool = Fals
         t0 = 1_000_000 + step * STEP_US
         b.cpu(f"ProfilerStep#{step + 1}", t0, STEP_US - 1, cat="user_annotation")
         for i in range(TINY):
-            kernel(b, "aten::add_", ELEMENTWISE, t0 + 10 + 15 * i, t0 + 18 + 15 * i, 2)
+            kernel(b, "aten::add_", ELEMENTWISE, t0 + 10 + 15 * i, t0 + 18 + 15 * i, 14 if blip and i == 75 else 2)
         g0 = t0 + 2310
         for i in range(30):
             kernel(b, "aten::mm", GEMM_SM90, t0 + 2300 + 10 * i, g0 + 200 * i, 200)
@@ -70,6 +71,14 @@ def test_refill_after_a_drain_is_the_drains_not_launch_bound(tmp_path):
     drain = found["queue_drain_sync"]
     assert drain["where"]["refill_idle_us"] == pytest.approx(idle["sync_refill"])
     assert drain["time_at_stake_us"] == pytest.approx(idle["sync_drain"] + idle["sync_refill"])
+
+
+def test_one_kernel_outlasting_a_launch_call_does_not_end_the_refill(tmp_path):
+    _, checks = analysed(tmp_path, refill_trace(blip=True))
+    idle = checks["long_gpu_idle"]["where"]["idle_by_cause_us"]
+    # the 1 us gap after the long kernel: its successor was launched before the GPU ran dry (queued, waited)
+    assert idle["queued_work_waited"] == 3 * 1
+    assert "launch_starvation" not in idle and idle["sync_refill"] == 3 * ((TINY - 2) * TINY_GAP_US + 55)
 
 
 def test_a_synchronous_d2h_copy_drains_too(tmp_path):
