@@ -30,6 +30,11 @@ replaced by underscores (`hw.id` -> `hw_id`).
 Every agent series also carries `host.name` and, when known, `otelgpu.job` (see
 docs/agent.md), so series from the agent and from the training ranks join by node and job.
 
+Derived, not exported: energy per training step and per token per GPU (J/step, J/token) is
+`hw.energy`'s increase between its reads over `otelgpu.train.steps` and `otelgpu.train.tokens` of the
+ranks whose processes the GPU lists (`otelgpu.gpu.process.memory.usage`), in the run report, the
+Training dashboard and the tuner's evidence (docs/record.md, "Energy per step and per token").
+
 **Windowed** gauges are sampled at the agent's interval (default 1 s, down to 100 ms) and
 exported as the mean over the export window, with `otelgpu.<name>.min` and
 `otelgpu.<name>.max` companions over the same window (listed below each), so a stall

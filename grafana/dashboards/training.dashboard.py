@@ -81,11 +81,11 @@ lay.add(timeseries(
     "10-minute rates. A GPU that lists no rank's process (containers hiding PIDs): the node's GPUs over the "
     "node's ranks together. Tokens are non-padding ones; the run report and `otel-gpu tune` give the same ratio "
     "between energy reads.",
-    [(f"sum by (host_name, otelgpu_gpu_index) ({ENERGY}) / on (host_name, otelgpu_gpu_index) "
-      f"sum by (host_name, otelgpu_gpu_index) ({TOKENS} * on (host_name, otelgpu_rank) group_right {ON_GPU})",
-      "{{host_name}} GPU {{otelgpu_gpu_index}}"),
-     (f"(sum by (host_name) ({ENERGY}) / sum by (host_name) ({TOKENS})) unless on (host_name) {ON_GPU}",
-      "{{host_name}} all GPUs")],
+    [(f"(sum by (host_name, otelgpu_gpu_index) ({ENERGY}) / on (host_name, otelgpu_gpu_index) "
+      f"sum by (host_name, otelgpu_gpu_index) ({TOKENS} * on (host_name, otelgpu_rank) group_right {ON_GPU})) or "
+      f'label_replace((sum by (host_name) ({ENERGY}) / sum by (host_name) ({TOKENS})) unless on (host_name) {ON_GPU}, '
+      f'"otelgpu_gpu_index", "all", "", "")',
+      "{{host_name}} GPU {{otelgpu_gpu_index}}")],
     "short", calcs=("mean", "last"), fill=0), w=24)
 
 lay.row("Where does the step go?")

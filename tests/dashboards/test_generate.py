@@ -49,6 +49,7 @@ def metric_names(expr: str) -> set[str]:
     for alternation in re.findall(r'__name__=~"([^"]*)"', expr):
         found |= set(alternation.split("|"))
     stripped = re.sub(r"\{[^}]*\}", "", expr)
+    stripped = re.sub(r'"[^"]*"', "", stripped)   # string arguments (label_replace's label names) name no series
     stripped = re.sub(r"\b(by|on|without|ignoring|group_left|group_right)\s*\([^)]*\)", "", stripped)
     found |= {t for t in re.findall(r"[a-zA-Z_][a-zA-Z0-9_]*", stripped) if t.startswith(("hw_", "system_", "process_", "otelgpu_"))}
     return found

@@ -3,7 +3,7 @@ counts its tokens, beside a node agent reading one fake GPU's energy counter (th
 H100 call cost: read every 10 s), and forwards every body to VictoriaMetrics. J/token is the energy
 counter's increase between its reads during training over the tokens counted between the same
 times; the recording, PromQL (raw samples) and the run summary agree, and the Training dashboard's
-panel is the node's energy rate over its ranks' token rate (no GPU lists a process here)."""
+panel joins the GPU to the rank whose process it lists (the fake GPU lists the job's process)."""
 from __future__ import annotations
 
 import json
@@ -33,8 +33,10 @@ SECONDS = "22"   # two energy reads inside training at the fake H100 cost (every
 def test_joules_per_token_recorded_and_served_agree(victoriametrics, tmp_path):
     vm, job = victoriametrics, f"energy-{uuid.uuid4().hex[:8]}"
     env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"{vm.url}/opentelemetry", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf")
-    r = record(tmp_path / "run", [sys.executable, str(HERE / "tokens_job.py"), SECONDS], "--job", job, "--no-profile",
-               "--agent-arg=--fake-gpus=1", env=env, cwd=tmp_path)
+    # the job says it is rank 0 (local rank 0): the fake GPU 0 lists its process, as NVML lists a rank's CUDA process
+    r = record(tmp_path / "run", ["env", "RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=1", sys.executable,
+                                  str(HERE / "tokens_job.py"), SECONDS], "--job", job, "--no-profile",
+               "--agent-arg=--fake-gpus=1", "--agent-arg=--process=tokens_job.py", env=env, cwd=tmp_path)
     assert r.proc.returncode == 0, r.proc.stderr[-3000:]
     with Recording.open([r.directory]) as rec:
         (row,), whole = from_recording(rec)
@@ -56,7 +58,8 @@ def test_joules_per_token_recorded_and_served_agree(victoriametrics, tmp_path):
     assert row.joules == pytest.approx(eb - ea, rel=1e-9) and row.joules > 0 and row.resets == 0
     assert row.j_per_token == pytest.approx((eb - ea) / d_tokens, rel=1e-9), row
     assert row.j_per_step == pytest.approx((eb - ea) / d_steps, rel=1e-9), row
-    assert whole.j_per_token == row.j_per_token and "no GPU lists a rank's process" in row.basis
+    assert whole.j_per_token == row.j_per_token and row.ranks == ("0",) and row.label == "GPU 0"
+    assert row.basis == "the ranks whose processes this GPU lists"
     # a fake H100 at its load draws ~100-700 W; 512 tokens a ~40 ms step: about 13,000 tokens/s
     assert 100 / 13000 / 2 < row.j_per_token < 700 / 13000 * 2, row
     summary = r.proc.stdout + r.proc.stderr
@@ -74,13 +77,13 @@ def test_joules_per_token_recorded_and_served_agree(victoriametrics, tmp_path):
         # the Training dashboard's J/token panel (10-minute rates) once the last energy read is exported (a
         # read shows at the agent's next export: rates lag it by up to a read period)
         dash = json.loads((REPO / "grafana" / "dashboards" / "training.json").read_text())
-        (panel,) = [q for q in queries(dash) if q.kind == "promql" and "hw_energy_joules_total" in q.expr
-                    and "unless" in q.expr]
+        (panel,) = [q for q in queries(dash) if q.kind == "promql" and "hw_energy_joules_total" in q.expr]
         expr = interpolate(panel.expr, PROMETHEUS, variables(dash), {"job": job, "node": host, "rank": "0"},
                            {"job": [job], "node": [host], "rank": ["0"]}, {"__rate_interval": "1m"})
-        got = {s.labels.get("host_name"): s.value for s in client.query(expr, time=last_read)}
+        got = {(s.labels.get("host_name"), s.labels.get("otelgpu_gpu_index")): s.value
+               for s in client.query(expr, time=last_read)}
         energy_rate = client.query(f'sum(rate(hw_energy_joules_total{{host_name="{host}"}}[10m]))', time=last_read)
         token_rate = client.query(f'sum(rate(otelgpu_train_tokens_total{{otelgpu_job="{job}"}}[10m]))', time=last_read)
-    # the node's GPUs over the node's ranks (no GPU lists a process here): the ratio of the two rates
-    assert set(got) == {host} and got[host] > 0, got
-    assert got[host] == pytest.approx(energy_rate[0].value / token_rate[0].value, rel=1e-9), (got, energy_rate, token_rate)
+    # GPU 0 (listing rank 0's process) over rank 0's tokens: the ratio of the two rates; no node-wide line
+    assert set(got) == {(host, "0")} and got[(host, "0")] > 0, got
+    assert got[(host, "0")] == pytest.approx(energy_rate[0].value / token_rate[0].value, rel=1e-9), (got, energy_rate, token_rate)
