@@ -30,6 +30,7 @@ from typing import Mapping
 
 from . import children, words
 from .errors import UsageError
+from .trace.capture_files import TRACE_DIR, TRACE_STEPS, parse_steps
 from .values import flag_type, number, url_type
 
 SITE_DIR = Path(__file__).resolve().parent / "training" / "_site"
@@ -60,6 +61,10 @@ def register(sub) -> None:
     p.add_argument("--grace", metavar="SECONDS", type=grace_type, default=children.DEFAULT_GRACE_S,
                    help="after SIGTERM or SIGHUP, wait this long (0-3600 s, default %(default)g) for the command "
                         "before killing it and its processes (SIGKILL)")
+    p.add_argument("--trace-steps", metavar="A-B", type=flag_type(parse_steps),
+                   help="every rank records steps A to B (counted from 1) with the PyTorch profiler into the run's "
+                        "traces/ (else $OTELGPU_TRACE_DIR or ./otel-gpu-traces), analysed at the end as by "
+                        "`otel-gpu trace analyze` (else $OTELGPU_TRACE_STEPS)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the training command, after --")
     p.set_defaults(func=run)
 
@@ -153,10 +158,14 @@ def _run(args, latch: children.SignalLatch) -> int:
         args.thresholds = os.path.abspath(args.thresholds)
     record = bool(args.record or (not args.no_record and _record_by_default(os.environ, args.pyroscope)))
     start_agent = args.agent or (record and not args.no_agent)
+    base = dict(os.environ)
+    if args.trace_steps:   # the flag wins over $OTELGPU_TRACE_STEPS
+        base[TRACE_STEPS] = "%d-%d" % args.trace_steps
     from .settings_check import check_run_environment   # every OTELGPU_* value the ranks read: exit 2 now
-    check_run_environment(child_env(os.environ, args.pyroscope, args.no_profile, args.job))
+    check_run_environment(child_env(base, args.pyroscope, args.no_profile, args.job))
+    wanted = parse_steps(base[TRACE_STEPS]) if base.get(TRACE_STEPS, "").strip() else None
     if start_agent:   # before anything starts: a bad --agent-arg is exit 2 with nothing left behind
-        check_agent_args(args.agent_arg, child_env(os.environ, args.pyroscope, args.no_profile, args.job))
+        check_agent_args(args.agent_arg, child_env(base, args.pyroscope, args.no_profile, args.job))
     pyroscope = args.pyroscope or os.environ.get("OTELGPU_PYROSCOPE_URL", "").strip()
     if pyroscope and not record and not args.no_profile:   # the ranks push there themselves, silently
         from .export_errors import unreachable
@@ -169,10 +178,13 @@ def _run(args, latch: children.SignalLatch) -> int:
     recorded = None
     if record:
         recorded = _start_recording(args, command)
-        env = recorded.child_env(child_env(os.environ, args.pyroscope, args.no_profile, recorded.job),
+        env = recorded.child_env(child_env(base, args.pyroscope, args.no_profile, recorded.job),
                                  profile=not args.no_profile)
+        env[TRACE_DIR] = str(recorded.directory / "traces")   # captures on request (`otel-gpu trace capture`)
     else:
-        env = child_env(os.environ, args.pyroscope, args.no_profile, args.job)
+        env = child_env(base, args.pyroscope, args.no_profile, args.job)
+        if wanted:
+            env[TRACE_DIR] = os.path.abspath(env.get(TRACE_DIR, "").strip() or "otel-gpu-traces")
     agent_log = recorded.directory / "agent.log" if recorded is not None else None
     agent = _start_agent(args.agent_arg, env, agent_log) if start_agent and latch.stopping is None else None
     tracker = children.Tracker()
@@ -213,11 +225,25 @@ def _run(args, latch: children.SignalLatch) -> int:
         _end_leftovers(tracker, agent, args.grace)
         _stop(agent)
     status = exit_status(returncode)
+    if proc is not None and (recorded is not None or wanted):   # the captures analysed, before the report
+        _traces_at_end(Path(env[TRACE_DIR]), wanted)
     if recorded is not None:
         if warm is not None:
             warm.join()
         status = _finish_recording(recorded, status, report=not args.no_report and proc is not None)
     return status
+
+
+def _traces_at_end(root: Path, wanted: tuple[int, int] | None) -> None:
+    """Every profiler capture of the run analysed (`trace.run_traces`); one line each, and one per capture
+    not made. A failure here is one line: the job's own status is not touched."""
+    try:
+        from .trace.run_traces import finish_run
+        _, lines = finish_run(root, wanted)
+    except Exception as exc:  # the traces stay on disk for `otel-gpu trace analyze`
+        lines = [f"the traces in {root} were not analysed ({exc!r})"]
+    for line in lines:
+        print(f"otel-gpu run: {line}", file=sys.stderr, flush=True)
 
 
 def _wait(proc: subprocess.Popen, latch: children.SignalLatch, grace_s: float, tracker: children.Tracker,

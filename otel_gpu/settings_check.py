@@ -20,6 +20,7 @@ from typing import Callable, Mapping
 from .export import otlp_settings
 from .profiling import PROFILE_VARIABLES
 from .safe_text import visible
+from .trace.capture_files import parse_steps
 from .values import choice, name_text, switch
 
 PREFIX = "OTELGPU_"
@@ -31,6 +32,7 @@ RANK_VARIABLES: dict[str, Callable[[str, str], object]] = {
     "OTELGPU_TRIAL": name_text,     # set by `otel-gpu tune` for each trial
     # model FLOPs: the formula, or one batch measured with FlopCounterMode (training/flops_measure.py's CHOICES)
     "OTELGPU_FLOPS": lambda raw, name: choice(raw, name, ("formula", "measure")),
+    "OTELGPU_TRACE_STEPS": parse_steps,   # A-B: a profiler trace of steps A..B (`otel-gpu run --trace-steps`)
     **PROFILE_VARIABLES,
 }
 
@@ -43,6 +45,8 @@ OTHER_VARIABLES = (
     "OTELGPU_RECORD_KEY",
     # the ranks: where to dump their stacks on request (`otel-gpu run --record` sets it; otel_gpu/stacks.py)
     "OTELGPU_STACKS_DIR",
+    # the ranks: where traces go and capture requests are read (`otel-gpu run --record` sets it; capture_files.py)
+    "OTELGPU_TRACE_DIR",
     # other subcommands
     "OTELGPU_DEBUG", "OTELGPU_GRAFANA_TOKEN", "OTELGPU_TRACE_JSON", "OTELGPU_TRACE_GZIP",
     # the compose stack (compose/.env)

@@ -26,6 +26,7 @@ from . import work as rwork
 from . import energy as renergy
 from ..energy_read import from_recording as energy_of
 from .flames import flames
+from .traces import section as trace_section
 from .steps import fmt_median, step_summary
 from .html import render
 
@@ -75,6 +76,7 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
                      "median": fmt_median(s)} for s in summary],
         "findings": [f.as_dict() for f in findings], "diagnosis_note": note,
         "plots": rd.plots(rec, start, end), "flames": flames(rec),
+        "traces": trace_section(rec.dirs),   # the run's profiler captures, analysed at its end
         "work": rwork.section(window),   # TFLOP/s, MFU and where the time went
     }
     rows, job = energy_of(rec)

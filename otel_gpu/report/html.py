@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..safe_text import html_text, script_json
 from .energy import html as energy_html
+from .traces import html as traces_html
 from .work import html as work_html
 
 HERE = Path(__file__).resolve().parent
@@ -33,6 +34,7 @@ def render(data: dict) -> str:
 {work_html(data.get("work") or {})}
 <section id="sec-findings"><h2>Findings</h2>
 <div id="findings"></div></section>
+{traces_html(data.get("traces"))}
 <section id="sec-plots"><h2>Time series</h2>
 <div id="plots"></div></section>
 <h2 id="flames">Flame graphs (wall clock)</h2>

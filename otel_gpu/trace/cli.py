@@ -195,6 +195,9 @@ def register(sub) -> None:
     d.add_argument("--quiet", action="store_true", help="print nothing (with --json or --csv)")
     d.set_defaults(func=run_diff)
 
+    from .capture_cli import register as register_capture   # `trace capture`: a running job's next steps
+    register_capture(tsub)
+
 
 def _load(path: str, ranks=None, include_last_step: bool = False, jobs: int | None = None, meanwhile=None):
     from .model import load_set  # numpy-based modules are imported when the command runs

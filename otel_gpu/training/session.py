@@ -427,6 +427,8 @@ def current(env: Mapping[str, str] | None = None) -> Session | None:
             model_seen(pending)
         if env.get("OTELGPU_STACKS_DIR", "").strip():   # set by `otel-gpu run --record`: stacks on a signal
             _stacks_on_request(env, _session.attrs.get(names.RANK, "0"))
+        if env.get("OTELGPU_TRACE_STEPS", "").strip() or env.get("OTELGPU_TRACE_DIR", "").strip():
+            _trace_capture(env, _session)   # profiler traces of chosen steps (`otel-gpu run --trace-steps`)
         for start in ON_START:
             try:
                 start()
@@ -441,6 +443,14 @@ def _stacks_on_request(env: Mapping[str, str], rank: str) -> None:
         stacks.install(env, rank)
     except Exception as exc:  # a stack dump we cannot offer must not stop the training
         log.warning("otel-gpu: stacks on request off: %r", exc)
+
+
+def _trace_capture(env: Mapping[str, str], s: Session) -> None:
+    try:
+        from . import trace_capture
+        trace_capture.install(env, s.attrs.get(names.RANK, "0"), s.timer)
+    except Exception as exc:  # a capture we cannot offer must not stop the training
+        log.warning("otel-gpu: no trace capture: %r", exc)
 
 
 def prepare(env: Mapping[str, str] | None = None) -> None:

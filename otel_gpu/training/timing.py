@@ -120,6 +120,7 @@ class Timer:
         self._read = threading.Lock()        # readers only (one collection at a time)
         self._retired: dict[str, float] = {}  # closed totals of threads that ended
         self._reported: dict[str, float] = {}  # last phase_totals(): never go below it
+        self.step_listener = None            # told each step's opening and close (trace_capture.Capture)
 
     # ---- steps ------------------------------------------------------------
     @_guarded
@@ -139,6 +140,8 @@ class Timer:
         if self.claim(driver):
             self._step_start = self.clock()
             self._step_thread = threading.get_ident()
+            if self.step_listener is not None:
+                self.step_listener.step_opened()
 
     @_guarded
     def end_step(self, driver: str, samples: float | None = None, tokens: float | None = None) -> None:
@@ -148,6 +151,8 @@ class Timer:
         self._step_start = None
         self.boundaries += 1
         self.sink.step(seconds, samples, tokens)
+        if self.step_listener is not None:
+            self.step_listener.step_closed(seconds)
 
     @_guarded
     def mark_step(self, driver: str, samples: float | None = None, tokens: float | None = None) -> None:
@@ -159,10 +164,15 @@ class Timer:
             return
         now = self.clock()
         self.boundaries += 1
+        listener = self.step_listener
         if self._step_start is not None:
             self.sink.step(now - self._step_start, samples, tokens)
+            if listener is not None:
+                listener.step_closed(now - self._step_start)
         self._step_start = now
         self._step_thread = threading.get_ident()
+        if listener is not None:
+            listener.step_opened()
 
     @_guarded
     def open_step_if_idle(self, driver: str) -> None:
@@ -170,6 +180,8 @@ class Timer:
         if self._step_start is None and self.claim(driver):
             self._step_start = self.clock()
             self._step_thread = threading.get_ident()
+            if self.step_listener is not None:
+                self.step_listener.step_opened()
 
     def wait_begin(self, kind: str | None = None) -> tuple:
         """This thread starts blocking in a collective (of `kind`, when known now): no phase of it counts own

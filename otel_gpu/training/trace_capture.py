@@ -1,0 +1,300 @@
+"""Profiler captures of chosen steps in a rank: `otel-gpu run --trace-steps A-B` ($OTELGPU_TRACE_STEPS)
+and requests from `otel-gpu trace capture` (the files: otel_gpu/trace/capture_files.py).
+
+The session hands its Timer a `Capture` as step listener, told when a step opens and closes. Outside a
+capture that costs a counter, a clock read, and (where a trace folder is watched, $OTELGPU_TRACE_DIR)
+one stat of the request file at most once a second, at a step boundary. torch.profiler is not started
+(nor imported by us) before step A opens: then it starts with CPU activity, CUDA too where
+torch.cuda.is_available(), shapes, stacks and modules on, and each captured step is marked
+`ProfilerStep#N`. When step B closes it stops (the device synchronised first, as torch does) and the
+trace is written whole: a temporary file, gzip'd, renamed. Any failure is one log line, the capture is
+abandoned with nothing left behind, and the training goes on.
+"""
+from __future__ import annotations
+
+import atexit
+import gzip
+import logging
+import os
+import shutil
+import statistics
+import time
+from collections import deque
+from pathlib import Path
+from typing import Mapping
+
+from ..errors import ConfigError
+from ..trace import capture_files as cf
+
+log = logging.getLogger("otel_gpu.training")
+
+CHECK_PERIOD_S = 1.0     # the request file is looked at no more often than this
+RECENT_STEPS = 4096      # uncaptured step times kept (the unprofiled median's basis)
+POLL_STEPS = 64          # the latest of them that a poll answer's step time is the median of
+
+
+def _median(values) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _profiler_enabled() -> bool:
+    """A torch profiler (autograd or Kineto) is on in this process now."""
+    import torch
+    probe = getattr(getattr(torch._C, "_autograd", None), "_profiler_enabled", None)
+    return bool(probe()) if probe is not None else False
+
+
+class Capture:
+    """A rank's step listener: captures its window of steps, answers requests (see the module doc)."""
+
+    def __init__(self, root: Path, rank: str, window: tuple[int, int] | None = None, watch: bool = False,
+                 clock=time.monotonic):
+        self.root, self.rank, self.watch, self.clock = Path(root), str(rank), watch, clock
+        self.closed = 0                       # steps this rank has closed
+        self.window = window                  # (start, end) to capture
+        self.request: str | None = None       # the request the window came from (None: $OTELGPU_TRACE_STEPS)
+        self.state = cf.ARMED if window else cf.IDLE
+        self.message = ""
+        self.file: str | None = None
+        self.stop_s: float | None = None      # seconds the last capture's stop and write took (in the next step)
+        self.answered: str | None = None      # the latest poll answered
+        self.captured: list[float] = []       # host seconds of the captured steps
+        self.recent: deque[float] = deque(maxlen=RECENT_STEPS)   # seconds of uncaptured steps
+        self._skip = False                    # the step after a capture paid its stop and write
+        self._next_check = 0.0
+        self._seen = None                     # (inode, mtime ns, size) of the request file last read
+        self._handled: set[str] = set()
+        self._prof = None
+        self._mark = None
+        self._pid = os.getpid()
+        self.status_path = self.root / cf.RANKS / f"rank{cf.safe_rank(rank)}-pid{self._pid}.json"
+
+    # ---- the Timer's hooks (training thread); never raise ----
+    def step_opened(self) -> None:
+        try:
+            n = self.closed + 1
+            if self.state == cf.CAPTURING:
+                self._open_mark(n)
+            elif self.state == cf.ARMED and n == self.window[0]:
+                self._start(n)
+            elif self.state == cf.ARMED and n > self.window[0]:
+                self._missed(n - 1)
+        except Exception as exc:  # never let our bug reach the training loop
+            self._abandon(f"internal error: {exc!r}")
+
+    def step_closed(self, seconds: float) -> None:
+        try:
+            self.closed += 1
+            if self.state == cf.CAPTURING:
+                self._close_mark()
+                self.captured.append(seconds)
+                if self.closed >= self.window[1]:
+                    self._finish()
+                return
+            if self._skip:
+                self._skip = False
+            else:
+                self.recent.append(seconds)
+            if self.watch:
+                now = self.clock()
+                if now >= self._next_check:
+                    self._next_check = now + CHECK_PERIOD_S
+                    self._check()
+        except Exception as exc:  # never let our bug reach the training loop
+            self._abandon(f"internal error: {exc!r}")
+
+    # ---- requests ----
+    def _check(self) -> None:
+        path = self.root / cf.REQUEST
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if key == self._seen:
+            return
+        self._seen = key
+        raw = cf.read_small(path, cf.REQUEST_MAX)
+        req = cf.parse_request(raw) if raw is not None else None
+        if req is None or req["id"] in self._handled:
+            return
+        self._handled.add(req["id"])
+        if req["kind"] == "poll":
+            self.answered = req["id"]
+            self.write_status()
+            return
+        start, end = req["start"], req["end"]
+        if self.state in (cf.ARMED, cf.CAPTURING):
+            self._say(cf.FAILED, f"steps {start}-{end} not captured: busy with steps "
+                                 f"{self.window[0]}-{self.window[1]}", request=req["id"], keep=True)
+            return
+        self.window, self.request, self.captured, self.file = (start, end), req["id"], [], None
+        if start <= self.closed:
+            self._missed(self.closed)
+            return
+        self.state, self.message = cf.ARMED, ""
+        self.write_status()
+
+    # ---- the capture ----
+    def _start(self, n: int) -> None:
+        try:
+            import torch
+            from torch.profiler import ProfilerActivity, profile
+            if _profiler_enabled():   # torch would start ours over it, and stopping ours would end the job's
+                self._abandon("a profiler is already running in this process (the job's own); left alone")
+                return
+            activities = [ProfilerActivity.CPU]
+            if torch.cuda.is_available():
+                activities.append(ProfilerActivity.CUDA)
+            prof = profile(activities=activities, record_shapes=True, with_stack=True, with_modules=True)
+            prof.start()
+        except Exception as exc:  # a profiler already running, an old torch: the job goes on
+            self._abandon(f"the profiler did not start: {exc!r}")
+            return
+        self._prof, self.state, self.captured = prof, cf.CAPTURING, []
+        self._open_mark(n)
+        log.info("otel-gpu: rank %s: capturing steps %d-%d", self.rank, *self.window)
+
+    def _open_mark(self, n: int) -> None:
+        from torch.autograd.profiler import record_function
+        self._close_mark()   # a step opened again (another integration took the step boundaries over)
+        mark = record_function(f"ProfilerStep#{n}")
+        mark.__enter__()
+        self._mark = mark
+
+    def _close_mark(self) -> None:
+        mark, self._mark = self._mark, None
+        if mark is not None:
+            mark.__exit__(None, None, None)
+
+    def _finish(self) -> None:
+        t0 = self.clock()
+        prof, self._prof = self._prof, None
+        start, end = self.window
+        folder = self.root / cf.capture_name(start, end)
+        final = folder / cf.trace_file_name(self.rank)
+        tmp_json = folder / f".{final.name}.{self._pid}.json.tmp"
+        tmp_gz = folder / f".{final.name}.{self._pid}.gz.tmp"
+        try:
+            prof.stop()
+            folder.mkdir(parents=True, exist_ok=True)
+            prof.export_chrome_trace(str(tmp_json))
+            with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=3) as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.replace(tmp_gz, final)
+        except Exception as exc:  # a full disk, a profiler error: said once, nothing half-written
+            self._abandon(f"the trace was not written: {exc!r}")
+            return
+        finally:
+            for tmp in (tmp_json, tmp_gz):
+                try:
+                    tmp.unlink()
+                except OSError:
+                    pass
+        self.stop_s = self.clock() - t0
+        self._skip = True
+        self.file = str(final)
+        self._say(cf.WRITTEN, f"steps {start}-{end} written to {final}", level=logging.INFO)
+
+    def _missed(self, at: int) -> None:
+        start, end = self.window
+        self._say(cf.MISSED, f"steps {start}-{end} not captured: this rank was already at step {at}")
+
+    def _abandon(self, why: str) -> None:
+        """Stop whatever the capture started; one line; the training goes on."""
+        self._mark = None
+        prof, self._prof = self._prof, None
+        if prof is not None:
+            try:
+                prof.stop()
+            except Exception as exc:  # the profiler is broken: nothing more to do with it
+                why += f"; stopping it failed too: {exc!r}"
+        window = f"steps {self.window[0]}-{self.window[1]}" if self.window else "the capture"
+        self._say(cf.FAILED, f"{window} abandoned: {why}")
+
+    def _say(self, state: str, message: str, request: str | None = None, keep: bool = False,
+             level: int = logging.WARNING) -> None:
+        """One log line and the status file; `keep`: about another request, this capture's state stays."""
+        log.log(level, "otel-gpu: rank %s: trace %s", self.rank, message)
+        if keep:
+            self.write_status(state=state, message=message, request=request)
+            return
+        self.state, self.message = state, message
+        self.write_status()
+
+    # ---- status ----
+    def status(self, **override) -> dict:
+        from ..stacks import start_ticks
+        recent = list(self.recent)
+        doc = {"rank": self.rank, "pid": self._pid, "start_ticks": start_ticks() or 0, "time": time.time(),
+               "step": self.closed, "state": self.state, "request": self.request, "answered": self.answered,
+               "window": list(self.window) if self.window else None, "file": self.file, "message": self.message,
+               "step_s": _median(recent[-POLL_STEPS:]), "captured_step_s": list(self.captured),
+               "unprofiled_median_s": _median(recent), "unprofiled_steps": len(recent), "stop_s": self.stop_s}
+        doc.update(override)
+        return doc
+
+    def write_status(self, **override) -> bool:
+        import json
+        try:
+            cf.write_whole(self.status_path, json.dumps(self.status(**override)))
+            return True
+        except OSError as exc:
+            log.warning("otel-gpu: rank %s: trace status not written (%s): %s", self.rank, self.status_path,
+                        exc.strerror or exc)
+            return False
+
+    def at_exit(self) -> None:
+        """The process ends: a capture armed or running is said to be cut short; the status gets the final
+        step count and unprofiled median."""
+        if os.getpid() != self._pid:
+            return
+        try:
+            if self.state == cf.ARMED:
+                self.state = cf.ENDED
+                self.message = f"steps {self.window[0]}-{self.window[1]} not captured: the job ended at step " \
+                               f"{self.closed}"
+            elif self.state == cf.CAPTURING:
+                self._mark = None
+                prof, self._prof = self._prof, None
+                try:
+                    prof.stop()
+                finally:
+                    self.state = cf.ENDED
+                    self.message = f"steps {self.window[0]}-{self.window[1]} not captured: the job ended inside " \
+                                   f"the capture, at step {self.closed}; no trace written"
+            if self.state == cf.ENDED:
+                log.warning("otel-gpu: rank %s: trace %s", self.rank, self.message)
+            self.write_status()
+        except Exception as exc:  # at exit: one line, never a traceback
+            log.warning("otel-gpu: rank %s: trace status at exit: %r", self.rank, exc)
+
+
+def install(env: Mapping[str, str], rank: str, timer, at_exit=atexit.register) -> Capture | None:
+    """A `Capture` as `timer`'s step listener when $OTELGPU_TRACE_STEPS or $OTELGPU_TRACE_DIR is set, its
+    `at_exit` registered with `at_exit`; None (with the reason logged) when neither is set, or the trace
+    folder cannot be written."""
+    raw = env.get(cf.TRACE_STEPS, "").strip()
+    watch = bool(env.get(cf.TRACE_DIR, "").strip())
+    if not raw and not watch:
+        return None
+    window = None
+    if raw:
+        try:
+            window = cf.parse_steps(raw)
+        except ConfigError as exc:
+            log.warning("otel-gpu: no trace capture: %s", exc)
+            if not watch:
+                return None
+    root = cf.trace_root(env).resolve()
+    try:
+        (root / cf.RANKS).mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        log.warning("otel-gpu: no trace capture: cannot make %s: %s", root / cf.RANKS, exc.strerror or exc)
+        return None
+    capture = Capture(root, rank, window, watch)
+    if not capture.write_status():
+        return None
+    timer.step_listener = capture
+    at_exit(capture.at_exit)
+    return capture
