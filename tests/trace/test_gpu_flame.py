@@ -214,7 +214,7 @@ def test_cli_push_failure_and_bad_flags(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "folded")
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.lists(st.text(max_size=12), min_size=1, max_size=5).map(tuple),
                        st.integers(min_value=0, max_value=10**15), max_size=8))
 def test_folded_lines_read_back_whatever_the_names(raw):
