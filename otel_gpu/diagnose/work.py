@@ -53,3 +53,29 @@ def work_inputs(v: dict[str, Any]) -> dict[str, Any]:
 def peak_inputs(v: dict[str, Any]) -> dict[str, float]:
     """A GPU's dtype -> dense peak FLOP/s from its gpu_summary statistics."""
     return {d: x for d, x in _tagged(v, "peak").items() if d and x > 0}
+
+
+def _on_gpu(agent_sel: str) -> str:
+    """(host, rank) -> hw_id of the GPUs NVML lists the rank's processes on, as a 1-valued vector."""
+    mem = N.GPU_PROCESS_MEMORY.prometheus_name()
+    sel = ", ".join(x for x in (agent_sel, 'otelgpu_rank!=""') if x)
+    return f"group by ({RANK_BY}, hw_id) ({mem}{{{sel}}})"
+
+
+def flops_per_gpu_promql(job_sel: str, agent_sel: str, rng: str) -> str:
+    """PromQL: achieved model FLOP/s per GPU (host_name, hw_id) over `rng` (the ranks' GPUs from the process list)."""
+    flops = f"{N.TRAIN_FLOPS.prometheus_name()}{{{job_sel}}}"
+    return (f"sum by (host_name, hw_id) (sum by ({RANK_BY}) (rate({flops}[{rng}])) "
+            f"* on ({RANK_BY}) group_left (hw_id) {_on_gpu(agent_sel)})")
+
+
+def mfu_promql(job_sel: str, agent_sel: str, rng: str) -> str:
+    """PromQL: MFU per rank (host_name, otelgpu_rank, hw_id, otelgpu_dtype) over `rng`: its FLOP/s over the dense
+    peak of its GPU in the dtype it computes in (no series where a part is missing: 'not checked')."""
+    flops = f"{N.TRAIN_FLOPS.prometheus_name()}{{{job_sel}}}"
+    dtype = f"{N.TRAIN_COMPUTE_DTYPE.prometheus_name()}{{{job_sel}}}"
+    peak = N.GPU_PEAK_FLOPS.prometheus_name() + (f"{{{agent_sel}}}" if agent_sel else "")
+    return (f"sum by ({RANK_BY}, {DTYPE}) (rate({flops}[{rng}]) * on ({RANK_BY}) group_left ({DTYPE}) "
+            f"max by ({RANK_BY}, {DTYPE}) ({dtype})) "
+            f"* on ({RANK_BY}) group_left (hw_id) {_on_gpu(agent_sel)} "
+            f"/ on (host_name, hw_id, {DTYPE}) group_left max by (host_name, hw_id, {DTYPE}) ({peak})")

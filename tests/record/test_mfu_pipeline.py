@@ -11,6 +11,8 @@ import pytest
 from otel_gpu.diagnose import diagnose
 from otel_gpu.diagnose.account import account
 from otel_gpu.diagnose.mfu import job_work
+from otel_gpu.diagnose.queries import dur
+from otel_gpu.diagnose.work import flops_per_gpu_promql, mfu_promql
 from otel_gpu.peaks import peak_of
 from otel_gpu.promql import PromClient
 from otel_gpu.record.diagnose import diagnose_recording
@@ -40,6 +42,10 @@ def test_recorded_and_prometheus_mfu_agree_on_a_fake_h100(victoriametrics, tmp_p
     w = recorded.window
     with PromClient(vm.url) as client:
         served = diagnose(client, job, w.start, w.end)
+        # the dashboards' form: one PromQL expression each, over the training time, at its end
+        rng, at = dur(w.train_end - w.train_start), w.train_end
+        (per_rank,) = client.query(mfu_promql(f'otelgpu_job="{job}"', "", rng), at)
+        (per_gpu,) = client.query(flops_per_gpu_promql(f'otelgpu_job="{job}"', "", rng), at)
     s = served.window
     (a,), (b,) = w.ranks, s.ranks
     assert a.flops and a.flops == pytest.approx(b.flops, rel=1e-9) and a.flops_basis == b.flops_basis == "6N+attention"
@@ -53,6 +59,9 @@ def test_recorded_and_prometheus_mfu_agree_on_a_fake_h100(victoriametrics, tmp_p
     assert mine.mfu == pytest.approx(a.flops / (w.rank_wall_s(a) * 989.5e12))
     assert mine.mfu == pytest.approx(theirs.mfu, rel=0.05)
     assert mine.flops_per_s_per_gpu == pytest.approx(theirs.flops_per_s_per_gpu, rel=0.05)
+    assert per_rank.labels["otelgpu_dtype"] == "bf16" and per_rank.labels["hw_id"] == ga.uuid
+    assert per_rank.value == pytest.approx(mine.mfu, rel=0.1)      # rate() over the training time vs the rank's wall (1.6% apart here)
+    assert per_gpu.value == pytest.approx(mine.flops_per_s_per_gpu, rel=0.1)
     # the account adds up on both paths and the two agree part by part
     ours, served_acc = account(w, mine), account(s, theirs)
     for acc in (ours, served_acc):
