@@ -3,13 +3,14 @@
 Nothing here knows about otel-gpu: these are the pieces a user's own script would have.
 """
 import argparse
+import gc
 import json
 import os
 import time
 
 import torch
 
-PLACES = ("before_forward", "forward_hook", "optimizer", "between_steps", "loader")
+PLACES = ("before_forward", "forward_hook", "optimizer", "between_steps", "loader", "gc")
 
 
 def parse_args():
@@ -55,6 +56,23 @@ class Truth:
         self.s = {"slow": 0.0, "data_wait": 0.0, "checkpoint": 0.0, "loader_sleep": 0.0}
         self.saves = 0
         self.t0 = self.unix0 = None
+        self.heap = None   # "gc": the long-lived objects a full collection walks
+
+    def collect(self):
+        """The slow rank frees memory every step with a full collection (`gc.collect()`, as many loops do
+        before `torch.cuda.empty_cache()`): over the cyclic garbage its step left and a long-lived heap sized
+        so that the collection takes about --slow-ms (what torch and the model hold is frozen first, so the
+        pause does not depend on how long this machine takes to walk torch's objects). The time is measured
+        around the call."""
+        if self.heap is None:
+            gc.freeze()
+            self.heap = heap_for(self.args.slow_ms / 1000)
+        for _ in range(1000):   # cyclic garbage: only the collector frees it
+            d = {}
+            d["self"] = d
+        t = time.perf_counter()
+        gc.collect()
+        self.s["slow"] += time.perf_counter() - t
 
     def slow_here(self, place: str) -> bool:
         return self.rank == self.args.slow_rank and self.args.slow_where == place and self.args.slow_ms > 0
@@ -83,8 +101,26 @@ class Truth:
             json.dump(out, fh)
 
 
+def heap_for(seconds: float) -> list:
+    """Long-lived lists, 20k at a time, until a full collection takes about `seconds` here (at most 4M)."""
+    heap: list = []
+    while len(heap) < 4_000_000:
+        heap += [[] for _ in range(20_000)]
+        if _timed_collect() >= seconds:
+            break
+    return heap
+
+
+def _timed_collect() -> float:
+    t = time.perf_counter()
+    gc.collect()
+    return time.perf_counter() - t
+
+
 def log_metrics(truth, loss):
-    """A user's between-steps bookkeeping; on the slow rank it is slow."""
+    """A user's between-steps bookkeeping; on the slow rank it is slow (a sleep, or a full GC: "gc")."""
     if truth.slow_here("between_steps"):
         truth.sleep()
+    if truth.slow_here("gc"):
+        truth.collect()
     return float(loss)
