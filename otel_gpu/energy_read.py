@@ -60,13 +60,15 @@ def from_prometheus(query: Callable[[str, float], list], node_sel: str, job_sel:
                     lookback_s: float = 300.0) -> tuple[list[EN.Energy], EN.Energy]:
     """The same over [lo, hi] from PromQL; `query(promql, at)` returns series with `.labels` and
     `.points`; `node_sel`/`job_sel`: label matchers (no braces) for the agent's and the ranks' series."""
-    def raw(spec, sel: str, span: float, suffix: str = "") -> list:
-        name = spec.prometheus_name() + suffix
+    def raw(spec, sel: str, span: float, fn: str = "") -> list:
+        """Every sample in (hi - span, hi]; with `fn` (last_over_time) one per series: its labels are the point."""
         sel = "{" + sel + "}" if sel else ""
+        expr = f"{spec.prometheus_name()}{sel}[{max(1, round(span * 1000))}ms]"
         return [(_getter(s.labels), [(float(t), float(v)) for t, v in s.points])
-                for s in query(f"{name}{sel}[{max(1, round(span * 1000))}ms]", hi)]
+                for s in query(f"{fn}({expr})" if fn else expr, hi)]
     span = hi - lo
-    return EN.per_gpu(*_build(raw(N.GPU_MEMORY_USAGE, node_sel, span), raw(N.GPU_ENERGY, node_sel, span + lookback_s),
-                              raw(N.GPU_PROCESS_MEMORY, node_sel, span + PROCESS_LOOKBACK_S),
+    return EN.per_gpu(*_build(raw(N.GPU_MEMORY_USAGE, node_sel, span, "last_over_time"),
+                              raw(N.GPU_ENERGY, node_sel, span + lookback_s),
+                              raw(N.GPU_PROCESS_MEMORY, node_sel, span + PROCESS_LOOKBACK_S, "last_over_time"),
                               raw(N.TRAIN_STEPS, job_sel, span + lookback_s),
                               raw(N.TRAIN_TOKENS, job_sel, span + lookback_s)), lo, hi)

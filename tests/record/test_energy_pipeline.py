@@ -10,7 +10,6 @@ import json
 import sys
 import time
 import uuid
-from pathlib import Path
 
 import numpy as np
 import pytest

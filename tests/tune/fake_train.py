@@ -38,6 +38,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--warmup-extra", type=float, default=0.1, help="extra seconds of the first step")
     p.add_argument("--crash-when"), p.add_argument("--oom-when"), p.add_argument("--hang-when")
+    p.add_argument("--no-tokens-when", help="K=V: a config that counts no tokens (--tokens ignored)")
     p.add_argument("--build-op", help="a C++ file torch builds as extension otelgpu_test_op before step 1")
     p.add_argument("--trial", type=int, help="this trial's number ({trial})")
     p.add_argument("--hold-trials", default="", help="comma-separated trial numbers that run until stopped")
@@ -69,7 +70,8 @@ def main() -> int:
         if i == 3 and matches(config, args.hang_when):
             while True:
                 time.sleep(1)
-        tokens = round(args.tokens * (dt / 0.020) ** 2) if args.tokens else None
+        counted = args.tokens and not matches(config, args.no_tokens_when)
+        tokens = round(args.tokens * (dt / 0.020) ** 2) if counted else None
         with training.step(samples=1, tokens=tokens):
             time.sleep(dt + (args.warmup_extra if i == 0 else 0.0))
         elapsed = time.monotonic() - t0

@@ -1,6 +1,6 @@
 """Scoring by other objectives than step time: a multi-objective study over each trial's own recording
-(step time against tokens/s: a Pareto front of two), a trial without the input an objective needs failed
-with its reason (never scored 0), and the --objective flag's parser."""
+(step time against tokens/s: a Pareto front of two; a trial whose job counts no tokens failed with the
+reason, never scored 0; a resume with other objectives refused), and the --objective flag's parser."""
 import contextlib
 import io
 
@@ -22,19 +22,21 @@ TOKENS = 1000   # tokens of a 20 ms step in the fake job (N x (t/20 ms)^2 a step
 
 
 @pytest.mark.slow
-def test_multi_objective_study_reports_its_pareto_front(tmp_path):
+def test_multi_objective_study_reports_its_pareto_front_and_fails_a_trial_without_tokens(tmp_path):
     base = copy_base(tmp_path)
-    # the baseline steps in ~60 ms, the enqueued trial in ~20 ms: faster steps, fewer tokens a second
-    space = parse_space({"enqueue": [{"overlap_comm": True, "reduce_bucket_size": 10**9}]})
-    s = _settings(tmp_path, base, fake_command("--tokens", str(TOKENS), steps=25), trials=2, space=space,
-                  timeout_s=60.0, export_interval_ms=150, min_steps=5, baseline_runs=1,
-                  objectives=("step_time", "tokens_per_s"))
+    # the baseline steps in ~60 ms, trial 1 in ~20 ms (faster steps, fewer tokens a second); trial 2's
+    # config counts no tokens: it cannot be scored by tokens/s
+    space = parse_space({"enqueue": [{"overlap_comm": True, "reduce_bucket_size": 10**9},
+                                     {"overlap_comm": True, "reduce_bucket_size": 10**8}]})
+    cmd = fake_command("--tokens", str(TOKENS), "--no-tokens-when reduce_bucket_size=100000000", steps=16)
+    s = _settings(tmp_path, base, cmd, trials=3, space=space, timeout_s=60.0, export_interval_ms=150, min_steps=5,
+                  baseline_runs=1, objectives=("step_time", "tokens_per_s"))
     tuner = Tuner(s, RecordingObjective(warmup=3), env=clean_env())
     tuner.prepare()
     records = {r.number: r for r in tuner.run()}
-    assert [records[i].status for i in range(2)] == ["ok", "ok"], records
+    assert [records[i].status for i in range(3)] == ["ok", "ok", "incomplete"], records
     assert tuner.study.directions == [optuna.study.StudyDirection.MINIMIZE, optuna.study.StudyDirection.MAXIMIZE]
-    for r in records.values():
+    for r in (records[0], records[1]):
         ev, t = r.evidence, r.step_time_s
         # tokens a second over the steady window against the job's own rate: N (t/20 ms)^2 tokens per step of t s
         assert ev["tokens_per_s"] == pytest.approx(TOKENS * (t / 0.020) ** 2 / t, rel=0.25), (ev, t)
@@ -43,27 +45,18 @@ def test_multi_objective_study_reports_its_pareto_front(tmp_path):
         assert ev["not_checked"]["tflops_per_gpu"].startswith("not checked: no model FLOPs"), ev
     assert records[1].step_time_s < records[0].step_time_s and \
         records[1].evidence["tokens_per_s"] < records[0].evidence["tokens_per_s"]
+    # measured, but not scored 0: failed with the evidence's reason
+    assert records[2].step_time_s is not None and records[2].reason.startswith("tokens_per_s: not checked: no tokens")
+    assert tuner.study.trials[2].state == optuna.trial.TrialState.FAIL and tuner.study.trials[2].values is None
     assert [t.number for t in SC.front(tuner.study)] == [0, 1]       # neither is better in both
     text = report.markdown(tuner.study)
     assert "- scored by: step_time (minimize), tokens_per_s (maximize); the Pareto front (2 trials):" in text
     assert "  - trial 1: " in text and " tokens/s (" in text and "| tokens/s | TFLOP/s per GPU | J/step | J/token |" in text
     assert not (s.out / "best_config.json").exists()       # several best trials: the front is listed instead
-
-
-@pytest.mark.slow
-def test_a_trial_without_the_objectives_input_fails_with_why(tmp_path):
-    s = _settings(tmp_path, copy_base(tmp_path), fake_command(steps=12), trials=1, timeout_s=60.0,
-                  export_interval_ms=150, min_steps=3, baseline_runs=1, objectives=("joules_per_token",))
-    tuner = Tuner(s, RecordingObjective(warmup=2), env=clean_env())
-    tuner.prepare()
-    (r,) = tuner.run()
-    assert r.status == "incomplete" and r.step_time_s is not None, r
-    assert r.reason.startswith("joules_per_token: not checked: no GPU readings"), r.reason
-    assert tuner.study.trials[0].state == optuna.trial.TrialState.FAIL and tuner.study.trials[0].values is None
     # a resume must score by the same objectives
-    again = _settings(tmp_path, s.base_config, s.command, trials=1, objectives=("step_time",))
-    with pytest.raises(Exception, match="started with --objective joules_per_token"):
-        Tuner(again, RecordingObjective(warmup=2), env=clean_env()).prepare()
+    again = _settings(tmp_path, s.base_config, s.command, trials=3, objectives=("joules_per_token",))
+    with pytest.raises(Exception, match="started with --objective step_time,tokens_per_s"):
+        Tuner(again, RecordingObjective(warmup=3), env=clean_env()).prepare()
 
 
 def test_values_follow_the_evidence_and_missing_inputs_say_why():
