@@ -23,6 +23,7 @@ from ..words import count
 from ..record.window import recorded_window
 from . import data as rd
 from . import work as rwork
+from . import health as rhealth
 from . import energy as renergy
 from ..energy_read import from_recording as energy_of
 from .flames import flames
@@ -78,6 +79,7 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
         "plots": rd.plots(rec, start, end), "flames": flames(rec),
         "traces": trace_section(rec.dirs),   # the run's profiler captures, analysed at its end
         "work": rwork.section(window),   # TFLOP/s, MFU and where the time went
+        "health": rhealth.section(window),   # GC per step, CUDA allocator, per rank
     }
     rows, job = energy_of(rec)
     data["energy"] = renergy.table(rows, job)

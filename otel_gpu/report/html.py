@@ -6,6 +6,7 @@ from pathlib import Path
 
 from ..safe_text import html_text, script_json
 from .energy import html as energy_html
+from .health import html as health_html
 from .traces import html as traces_html
 from .work import html as work_html
 
@@ -32,6 +33,7 @@ def render(data: dict) -> str:
 <table id="summary"><tr><th>rank</th><th>steps</th><th>median step time</th></tr>{ranks}</table></section>
 {energy_html(data.get("energy") or [])}
 {work_html(data.get("work") or {})}
+{health_html(data.get("health") or [])}
 <section id="sec-findings"><h2>Findings</h2>
 <div id="findings"></div></section>
 {traces_html(data.get("traces"))}

@@ -14,6 +14,7 @@ import pytest
 from otel_gpu.diagnose import diagnose
 from otel_gpu.promql import PromClient
 from otel_gpu.record.diagnose import diagnose_recording
+from otel_gpu.report.build import write_report
 from tests.childenv import clean_env
 
 from .conftest import HERE, REPO, record
@@ -51,3 +52,7 @@ def test_allocator_retries_and_gc_time_seen_on_both_paths(victoriametrics, tmp_p
         assert 0.5 * measured["gc_s"] / STEPS <= rk.gc_s["2"] / rk.step_count <= 1.5 * measured["gc_s"] / STEPS
     a, b = recorded.window.ranks[0], served.window.ranks[0]
     assert a.gc_s["2"] == pytest.approx(b.gc_s["2"], rel=1e-6) and a.step_count == b.step_count
+    # the report shows it per rank
+    built = write_report([r.directory], tmp_path / "report.html")
+    page = (tmp_path / "report.html").read_text()
+    assert '<table id="health">' in page and "cuda:0: 33 retries, 2 OOMs, reserved peak" in page, built.notes
