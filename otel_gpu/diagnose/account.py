@@ -167,11 +167,20 @@ def summary(w: Window | None) -> dict:
               "tflops": tflops(x.flops_per_s), "tokens": _rate(x.tokens_per_s, "tokens/s"),
               "flops_per_s": x.flops_per_s, "tokens_per_s": x.tokens_per_s, "peak_flops_per_s": x.peak,
               "mfu_value": x.mfu, "mfu": mfu_pct(x.mfu) if x.mfu is not None else x.why_not} for x in work.ranks]
-    job = {"tflops_per_gpu": tflops(work.flops_per_s_per_gpu), "tokens": _rate(work.tokens_per_s, "tokens/s"),
+    per = "GPU" if any(x.gpu for x in work.ranks) else "rank"   # a CPU job's rate is per rank, and says so
+    job = {"achieved": f"{tflops(work.flops_per_s_per_gpu)} per {per}", "tokens": _rate(work.tokens_per_s, "tokens/s"),
            "flops_per_s_per_gpu": work.flops_per_s_per_gpu, "tokens_per_s": work.tokens_per_s,
            "mfu_value": work.mfu, "mfu": mfu_pct(work.mfu) if work.mfu is not None else work.why_not,
            "basis": work.basis, "tensor": work.beside_tensor()}
     return {"ranks": ranks, "job": job, "account": acc.as_dict(), "lines": acc.lines()}
 
 
-__all__ = ["Account", "Part", "account", "summary"]
+def headline(job: dict) -> str:
+    """One line of a `summary`'s job part: what is known of achieved FLOP/s and tokens/s, then MFU (beside
+    tensor activity where read) or why it is not checked."""
+    rates = [job["achieved"] if job["flops_per_s_per_gpu"] is not None else "",
+             job["tokens"] if job["tokens_per_s"] is not None else ""]
+    return ", ".join([r for r in rates if r] + [job["tensor"] or f"MFU {job['mfu']}"])
+
+
+__all__ = ["Account", "Part", "account", "headline", "summary"]

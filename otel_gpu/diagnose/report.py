@@ -8,6 +8,7 @@ import textwrap
 from . import fmt
 from .. import words
 from ..safe_text import markdown as md, visible
+from .account import headline
 from .findings import Finding
 
 MARK = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -125,10 +126,7 @@ def markdown(d: dict) -> str:
 
 
 def _work_head(wk: dict) -> str:
-    job = wk["job"]
-    rates = [f"{job['tflops_per_gpu']} per GPU" if job["flops_per_s_per_gpu"] is not None else "",
-             job["tokens"] if job["tokens_per_s"] is not None else ""]
-    return ", ".join([r for r in rates if r] + [job["tensor"] or f"MFU {job['mfu']}"])
+    return headline(wk["job"])
 
 
 def _work_text(wk: dict, width: int | None) -> list[str]:

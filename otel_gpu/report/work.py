@@ -3,7 +3,7 @@ activity, and where the time went (diagnose/mfu.py, diagnose/account.py over the
 from __future__ import annotations
 
 from ..diagnose import fmt
-from ..diagnose.account import summary as section
+from ..diagnose.account import headline, summary as section
 from ..diagnose.mfu import mfu_pct
 from ..safe_text import html_text, visible
 
@@ -23,8 +23,7 @@ def html(sec: dict) -> str:
     notes = "".join(f"<li>{html_text(n)}</li>" for n in acc["notes"])
     job = sec["job"]
     return ('<section id="sec-work"><h2>Work: throughput and MFU</h2>\n'
-            f"<p>Job: {html_text(job['tflops_per_gpu'])} per GPU, {html_text(job['tokens'])}, MFU {html_text(job['mfu'])}"
-            + (f"; {html_text(job['tensor'])}" if job["tensor"] else "") + "</p>\n"
+            f"<p>Job: {html_text(headline(job))}</p>\n"
             + (f"<p>MFU basis: {html_text(job['basis'])}</p>\n" if job["basis"] else "")
             + '<table id="work"><tr><th>rank</th><th>GPU</th><th>model</th><th>dtype</th><th>achieved</th>'
             f"<th>tokens</th><th>MFU</th></tr>{rows}</table>\n"
@@ -39,7 +38,7 @@ def summary_lines(sec: dict) -> list[str]:
     if not sec:
         return []
     job = sec["job"]
-    out = [f"  work: {job['tflops_per_gpu']} per GPU, {job['tokens']}, {job['tensor'] or 'MFU ' + visible(job['mfu'])}"]
+    out = [f"  work: {visible(headline(job))}"]
     parts = sec["account"]["parts"]
     if parts:
         out.append("  time: " + ", ".join(f"{p['label']} {mfu_pct(p['share']) if p['key'] == 'mfu' else fmt.pct(p['share'])}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from otel_gpu.diagnose.account import account
+from otel_gpu.diagnose.account import account, headline, summary
 from otel_gpu.diagnose.mfu import NO_GPU, job_work
 from otel_gpu.peaks import peak_of
 
@@ -107,10 +107,15 @@ def test_gpu_timed_collectives_are_not_charged_and_that_is_said():
     assert any("GPU-timed" in n for n in acc.notes)
 
 
-def test_a_cpu_job_keeps_its_compute_unsplit():
-    acc = account(window([_rank(0, data_wait=60.0, forward=30.0)]))
+def test_a_cpu_job_keeps_its_compute_unsplit_and_its_rate_is_per_rank():
+    w = window([_rank(0, data_wait=60.0, forward=30.0)])
+    acc = account(w)
     assert acc.parts[-1].key == "compute" and "no GPU" in acc.parts[-1].basis
     assert sum(p.share for p in acc.parts) == pytest.approx(1.0)
+    line = headline(summary(w)["job"])
+    assert line == "297 TFLOP/s per rank, 1000 tokens/s, MFU not checked: no GPU", line
+    on_gpu = headline(summary(window([_rank(0)], [_h100(0, tensor=None)]))["job"])
+    assert on_gpu == "297 TFLOP/s per GPU, 1000 tokens/s, MFU 30.0%", on_gpu
 
 
 phase_s = st.floats(0, 200, allow_nan=False)
