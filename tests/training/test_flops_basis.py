@@ -5,6 +5,7 @@ sharded models (ZeRO-3, FSDP1, FSDP2, tensor parallel) in one child process (sha
 
 Truth is each job's own count: its mask sums and `FlopCounterMode` over the same steps.
 """
+import importlib.util
 import json
 import logging
 import subprocess
@@ -22,6 +23,27 @@ from otel_gpu.training import flops, flops_measure  # noqa: E402
 from test_tokens_flops import live  # noqa: E402,F401  (the fixture: a real session, the torch hooks installed)
 
 sys.path.insert(0, str(HERE))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def sharded_job(tmp_path_factory):
+    """The sharded-model child (sharded_flops_job.py), started when this module starts so that it runs
+    beside the in-process tests; read by the last test."""
+    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("deepspeed") is None:
+        yield None
+        return
+    from servers import free_port
+
+    env = clean_env(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
+                    LOCAL_RANK="0", WORLD_SIZE="1")
+    out = tmp_path_factory.mktemp("sharded") / "out"   # files, not pipes: its warnings never fill a buffer
+    with open(f"{out}.stdout", "w+") as stdout, open(f"{out}.stderr", "w+") as stderr:
+        p = subprocess.Popen([sys.executable, str(HERE / "sharded_flops_job.py")], env=env, cwd=REPO,
+                             stdout=stdout, stderr=stderr)
+        yield p, stdout, stderr
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def _flops(sink):
@@ -159,20 +181,17 @@ def test_the_setting_is_checked_before_a_run():
     assert flops_measure.requested({"OTELGPU_FLOPS": " measure "}) and not flops_measure.requested({})
 
 
-def test_sharded_models_count_whole_weights_and_a_tensor_parallel_share():
+def test_sharded_models_count_whole_weights_and_a_tensor_parallel_share(sharded_job):
     """One child: FSDP1 (flat parameters, use_orig_params both ways), FSDP2 and tensor parallelism
     (DTensor) on a 2-rank fake process group; then a real 1-rank ZeRO-3 GPT-2 job (gloo) with padded
     batches under a live session: tokens exact, FLOPs within 3% of FlopCounterMode."""
-    pytest.importorskip("transformers", reason="transformers not installed (otel-gpu[train])")
-    pytest.importorskip("deepspeed", reason="deepspeed not installed (otel-gpu[train])")
-    from servers import free_port
-
-    env = clean_env(DS_ACCELERATOR="cpu", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0",
-                    LOCAL_RANK="0", WORLD_SIZE="1")
-    p = subprocess.run([sys.executable, str(HERE / "sharded_flops_job.py")], env=env, cwd=REPO, capture_output=True,
-                       text=True, timeout=180)
-    assert p.returncode == 0, p.stderr[-3000:]
-    out = json.loads(p.stdout.strip().splitlines()[-1])
+    if sharded_job is None:
+        pytest.skip("transformers or deepspeed not installed (otel-gpu[train])")
+    p, stdout, stderr = sharded_job
+    p.wait(timeout=180)
+    stdout.seek(0), stderr.seek(0)
+    assert p.returncode == 0, stderr.read()[-3000:]
+    out = json.loads(stdout.read().strip().splitlines()[-1])
     whole = out["whole"]
     for name in ("fsdp1", "fsdp1_orig_params", "fsdp2"):
         assert out[name] == whole, name          # every rank runs the whole model on its own batch
