@@ -74,12 +74,17 @@ def _positions_in_step(times: np.ndarray, windows: list) -> list[float]:
     for num, a, b in windows:
         if b > a:
             span.setdefault(num, (a, b))
-    out = []
-    for t, step in zip(times.tolist(), step_of(times, windows).tolist()):
-        ab = span.get(step)
-        if ab is not None:
-            out.append(round(100 * (t - ab[0]) / (ab[1] - ab[0]), 1))
-    return out
+    if not span:
+        return []
+    nums = np.array(sorted(span), dtype=np.int64)
+    a = np.array([span[n][0] for n in nums.tolist()], dtype=np.float64)
+    b = np.array([span[n][1] for n in nums.tolist()], dtype=np.float64)
+    step = step_of(times, windows)
+    j = np.minimum(np.searchsorted(nums, step), len(nums) - 1)
+    hit = nums[j] == step
+    t, j = np.asarray(times, dtype=np.float64)[hit], j[hit]
+    # the same float operations, in the same order, as where_in_step; rounded as Python rounds
+    return [round(x, 1) for x in (100 * (t - a[j]) / (b[j] - a[j])).tolist()]
 
 
 def _gemm_where(ch, rows: np.ndarray, extra: dict | None = None) -> dict:
