@@ -1,13 +1,14 @@
 """Profiles: where in the code the ranks spend wall time, cut by job, node, rank and phase.
 
-Flame graphs on the Pyroscope datasource (pyroscope-io in every rank, see otel_gpu/profiling.py).
+Flame graphs on the Pyroscope datasource (pyroscope-io in every rank, see otel_gpu/profiling.py), and
+GPU time by launching code from traces (`otel-gpu trace analyze DIR --push URL --job NAME`).
 The job, node and rank lists come from the training metrics, whose labels carry the same values
 as the profile labels (`job`, `node`, `rank`; `phase` is set per thread by the phase hooks).
 Generate with `otel-gpu dashboards`.
 """
 from otel_gpu.dashboards.panels import (
-    JOB_VAR, NODE_VAR, RANK, RANK_VAR, Layout, custom, dashboard, flamegraph, profile_selector, timeseries,
-    variable,
+    GPU_TIME_PROFILE_TYPE, JOB_VAR, NODE_VAR, RANK, RANK_VAR, Layout, custom, dashboard, flamegraph,
+    profile_selector, timeseries, variable,
 )
 from otel_gpu.names import PHASE_NAMES
 
@@ -45,6 +46,13 @@ lay.add(flamegraph(
     "The reference rank: frames missing here but wide on the left are the straggler's extra work or waiting.",
     profile_selector(job="job", rank="rank_b", phase="phase")), w=12, h=14)
 
+lay.row("GPU time by launching code (from profiler traces)")
+lay.add(flamegraph(
+    "GPU time of the selected ranks by the code that launched it",
+    "Kernels, copies and memsets under the Python frames and ops that launched them, from traces pushed by "
+    "otel-gpu trace analyze --push --job: wide frames are the code that costs GPU time.",
+    profile_selector(job="job", rank="rank"), profile_type=GPU_TIME_PROFILE_TYPE), w=24, h=14)
+
 lay.row("Compare two time ranges")
 lay.add(flamegraph(
     "Selected range",
@@ -58,5 +66,5 @@ lay.add(flamegraph(
 dashboard = dashboard(
     "otelgpu-profiles", "otel-gpu / Profiles",
     "Continuous wall-clock flame graphs of the training ranks by job, node, rank and phase, with "
-    "rank-to-rank and before/after comparisons.",
+    "rank-to-rank and before/after comparisons, and GPU time by launching code from pushed traces.",
     lay, [JOB_VAR, NODE_VAR, RANK_VAR, RANK_B_VAR, PHASE_VAR, SHIFT_VAR], tags=["profiles"], time_from="now-15m")

@@ -21,6 +21,8 @@ GRAFANA = {"type": "grafana", "uid": "-- Grafana --"}     # Grafana's built-in d
 # What pyroscope-io 1.4 pushes from a Python rank: `process_cpu` samples in nanoseconds
 # (wall clock when `oncpu=False`, see otel_gpu/profiling.py).
 PROFILE_TYPE = "process_cpu:cpu:nanoseconds:cpu:nanoseconds"
+# What `otel-gpu trace analyze --push` sends: GPU time by launching code (otel_gpu/trace/gpu_push.py)
+GPU_TIME_PROFILE_TYPE = "gpu_time:gpu_time:nanoseconds:gpu_time:nanoseconds"
 
 SCHEMA_VERSION = 39   # Grafana 11 dashboard schema
 UNITS = {"percentunit", "Bps", "s", "ms", "bytes", "watt", "celsius", "hertz", "short",
@@ -137,13 +139,14 @@ def profile_selector(**labels: str) -> str:
     return "{" + ", ".join(f"{label}=~`${{{var}:regex}}`" for label, var in labels.items()) + "}"
 
 
-def flamegraph(title: str, description: str, label_selector: str, *, time_shift: str | None = None) -> FlameGraph:
+def flamegraph(title: str, description: str, label_selector: str, *, time_shift: str | None = None,
+               profile_type: str = PROFILE_TYPE) -> FlameGraph:
     _check(title, description)
     bare = [v for v in re.findall(r"\$\{?\w+(?::\w+)?\}?", label_selector) if not v.endswith(":regex}")]
     if bare or label_selector.count("`") != 2 * label_selector.count("${"):
         raise ValueError(f"panel {title!r}: Pyroscope selectors take variables as `${{var:regex}}` in "
                          f"backquotes (profile_selector), not {label_selector!r}")
-    return FlameGraph(title=title, description=description, targets=[PyroscopeTarget(label_selector)],
+    return FlameGraph(title=title, description=description, targets=[PyroscopeTarget(label_selector, profile_type)],
                       timeShift=time_shift, maxDataPoints=None)
 
 

@@ -11,7 +11,8 @@ import pytest
 from otel_gpu import names
 from otel_gpu.cli import main
 from otel_gpu.dashboards import build
-from otel_gpu.dashboards.panels import PROFILE_TYPE, PROMETHEUS_UID, PYROSCOPE_UID, UNITS
+from otel_gpu.dashboards.panels import GPU_TIME_PROFILE_TYPE, PROFILE_TYPE, PROMETHEUS_UID, PYROSCOPE_UID, UNITS
+from otel_gpu.trace import gpu_push
 from otel_gpu.dashboards.queries import (
     matches, parse_selector, parse_variable_query, queries, used_variables, variable_names,
 )
@@ -212,14 +213,18 @@ def test_training_dashboard_marks_checkpoints_and_stragglers():
 def test_flame_graph_panels_target_pyroscope():
     dash = committed()["profiles"]
     flames = [p for p in all_panels(dash["panels"]) if p["type"] == "flamegraph"]
-    assert len(flames) == 5
+    assert len(flames) == 6
     for p in flames:
         (t,) = p["targets"]
         assert t["datasource"] == {"type": "grafana-pyroscope-datasource", "uid": PYROSCOPE_UID}
-        assert t["queryType"] == "profile" and t["profileTypeId"] == PROFILE_TYPE
+        assert t["queryType"] == "profile" and t["profileTypeId"] in (PROFILE_TYPE, GPU_TIME_PROFILE_TYPE)
         labels = {m[0] for m in parse_selector(t["labelSelector"])}
         assert labels <= {"job", "node", "rank", "phase", "service_name"}, labels
-        assert "phase" in labels and "job" in labels
+        # GPU time from traces has no phase label (otel_gpu/trace/gpu_push.py: service_name, rank, job)
+        assert "job" in labels and ("phase" in labels) == (t["profileTypeId"] == PROFILE_TYPE)
+    (gpu,) = [p for p in flames if p["targets"][0]["profileTypeId"] == GPU_TIME_PROFILE_TYPE]
+    name, sample_type, unit = GPU_TIME_PROFILE_TYPE.split(":")[:3]
+    assert (name, sample_type, unit) == (gpu_push.SAMPLE_TYPE, gpu_push.SAMPLE_TYPE, gpu_push.UNIT)
     assert [p["timeShift"] for p in flames].count("$shift") == 1
     titles = {p["title"] for p in flames}
     assert {"Rank $rank", "Rank $rank_b"} <= titles
