@@ -33,6 +33,7 @@ PAGING_DIRECTION = "system.paging.direction"   # in | out
 ERROR_TYPE = "error.type"
 CLOCK_DOMAIN = "otelgpu.clock.domain"       # "sm" | "memory"
 CLOCK_REASON = "otelgpu.clock_event.reason"  # NVML clock-event reason, snake_case
+DRIVER_VERSION = "otelgpu.driver.version"    # NVIDIA driver version, e.g. "590.48.01"
 PID = "process.pid"
 EXECUTABLE = "process.executable.name"
 RANK = "otelgpu.rank"
@@ -89,6 +90,8 @@ GPU_PCIE_LINK_GENERATION = _g(PREFIX + "gpu.pcie.link.generation", "{generation}
 GPU_PCIE_LINK_GENERATION_MAX = _g(PREFIX + "gpu.pcie.link.generation.max", "{generation}", "Highest PCIe link generation the GPU and its slot support (read every 10 s)", _GPU, "nvml", "NVIDIA")
 GPU_PCIE_LINK_WIDTH = _g(PREFIX + "gpu.pcie.link.width", "{lane}", "Current PCIe link width (read every 10 s)", _GPU, "nvml", "NVIDIA")
 GPU_PCIE_LINK_WIDTH_MAX = _g(PREFIX + "gpu.pcie.link.width.max", "{lane}", "Widest PCIe link the GPU and its slot support (read every 10 s)", _GPU, "nvml", "NVIDIA")
+GPU_CLOCK_LIMIT = _g(PREFIX + "gpu.clock.limit", "Hz", "Highest clock the GPU can run at (NVML max clock info: its SKU's limit, not a lock set by an admin; read every 10 s; not otelgpu.gpu.clock.max, the highest clock seen in the export window)", _GPU + (CLOCK_DOMAIN,), "nvml", "NVIDIA, not MIG")
+GPU_DRIVER = _g(PREFIX + "gpu.driver", "{gpu}", "1 per GPU, with the NVIDIA driver version it runs under as otelgpu.driver.version (read every 10 s)", _GPU + (DRIVER_VERSION,), "nvml", "NVIDIA")
 GPU_PEAK_FLOPS = _g(PREFIX + "gpu.peak.flops", "{flop}/s", "Dense peak arithmetic rate of the GPU per compute dtype (a MIG device: its share of the SMs), from the peak table of NVIDIA datasheets (otel_gpu/peaks.py; sparsity excluded; read once); absent for a GPU not in the table", _GPU + (DTYPE,), "nvml", "NVIDIA GPUs in the peak table")
 GPU_PROCESS_MEMORY = _g(PREFIX + "gpu.process.memory.usage", "By", "GPU memory used by one process", _GPU + (PID, EXECUTABLE, RANK), "nvml", "NVIDIA")
 

@@ -22,3 +22,10 @@ def test_prometheus_forms_follow_the_otlp_translation():
     assert names.GPU_STATUS.prometheus_name() == "hw_status"   # an updowncounter: no _ratio
     assert names.GPU_ERRORS.prometheus_name() == "hw_errors_total"
     assert names.NET_LIMIT.prometheus_name() == "hw_network_bandwidth_limit_bytes_per_second"
+
+
+def test_no_name_is_another_series_min_or_max_companion():
+    """A windowed gauge exports `<name>.min` / `<name>.max` too: no other metric may be called that."""
+    specs = names.all_specs()
+    companions = {f"{s.name}.{c}" for s in specs if s.windowed and s.companions for c in ("min", "max")}
+    assert {s.name for s in specs} & companions == set()

@@ -103,6 +103,8 @@ class GpuStats:
     model: str = ""                   # hw.name ("" when not known)
     pcie_gen: float | None = None     # highest PCIe link generation reached in the window
     pcie_width: float | None = None   # widest PCIe link (lanes) reached in the window
+    sm_clock_limit_hz: float | None = None   # the highest SM clock the GPU can run at (otelgpu.gpu.clock.limit)
+    driver: str = ""                  # NVIDIA driver version ("" when not known)
     peaks: dict[str, float] = field(default_factory=dict)  # dtype -> dense peak FLOP/s (otelgpu.gpu.peak.flops)
     samples: int = 0
     first_t: float | None = None

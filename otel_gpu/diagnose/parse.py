@@ -141,6 +141,8 @@ def parse_gpus(result: list[Series]) -> list[GpuStats]:
             ranks=sorted((k[len("rank_"):] for k in v if k.startswith("rank_") and k != "rank_"), key=_int),
             model=min((k[len("model_"):] for k in v if k.startswith("model_") and k != "model_"), default=""),
             pcie_gen=v.get("pcie_gen"), pcie_width=v.get("pcie_width"), peaks=peak_inputs(v),
+            sm_clock_limit_hz=v.get("clock_limit"),
+            driver=max((k[len("driver_"):] for k in v if k.startswith("driver_") and k != "driver_"), default=""),
             samples=int(v.get("n") or 0), first_t=v.get("t0"), last_t=v.get("t1")))
     return out
 

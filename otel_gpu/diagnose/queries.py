@@ -206,6 +206,9 @@ def gpu_summary(agent_sel: str, w: float, res: float) -> str:
         "model:hw_name": f"max by ({GPU_BY}, hw_name) (max_over_time({mem}[{W}]))",   # consistency.py
         "pcie_gen": f"max {g} (max_over_time({selector(N.GPU_PCIE_LINK_GENERATION, agent_sel)}[{W}]))",
         "pcie_width": f"max {g} (max_over_time({selector(N.GPU_PCIE_LINK_WIDTH, agent_sel)}[{W}]))",
+        "clock_limit": f"max {g} (max_over_time({selector(N.GPU_CLOCK_LIMIT, agent_sel, otelgpu_clock_domain='sm')}[{W}]))",
+        "driver:otelgpu_driver_version": f"max by ({GPU_BY}, otelgpu_driver_version) "
+                                         f"(max_over_time({selector(N.GPU_DRIVER, agent_sel)}[{W}]))",
         **peak_part(agent_sel, W, selector, GPU_BY),   # dense peaks per dtype (diagnose/work.py)
         "n": f"max {g} (count_over_time({mem}[{W}]))",
         "t0": first_time(f"max {g} ({mem})", W, R),

@@ -119,6 +119,9 @@ def gpus_of(rec: Recording, start: float, end: float) -> list[GpuStats]:
     temp, mem, mlimit, procs = g(N.GPU_TEMPERATURE), g(N.GPU_MEMORY_USAGE), g(N.GPU_MEMORY_LIMIT), g(N.GPU_PROCESS_MEMORY)
     clock = g(N.GPU_CLOCK, lambda s: s.get(N.CLOCK_DOMAIN) == "sm")
     events = g(N.GPU_CLOCK_EVENT, lambda s: s.get(N.CLOCK_REASON) in THROTTLE_REASONS)
+    # consistency.py: link generation and width (the highest reached), the SKU's SM clock limit, the driver
+    link_gen, link_width, drivers = g(N.GPU_PCIE_LINK_GENERATION), g(N.GPU_PCIE_LINK_WIDTH), g(N.GPU_DRIVER)
+    clock_limit = g(N.GPU_CLOCK_LIMIT, lambda s: s.get(N.CLOCK_DOMAIN) == "sm")
     means = lambda table, key: _agg((st.mean for _, st in table.get(key, [])), mean)  # noqa: E731
     peaks = lambda table, key: _agg((st.max for _, st in table.get(key, [])), max)  # noqa: E731
     dense = peaks_of(rec, start, end)   # dense peak FLOP/s per dtype (record/work.py)
@@ -138,9 +141,18 @@ def gpus_of(rec: Recording, start: float, end: float) -> list[GpuStats]:
             clock_hz=means(clock, key), clock_max_hz=peaks(clock, key), mem_used_b=peaks(mem, key),
             mem_limit_b=peaks(mlimit, key), throttle={k: mean(v) for k, v in throttle.items()}, ranks=ranks,
             peaks=dense.get(key, {}),
+            model=min((s.get(N.HW_NAME) for s, _ in mem.get(key, []) if s.get(N.HW_NAME)), default=""),
+            pcie_gen=peaks(link_gen, key), pcie_width=peaks(link_width, key),
+            sm_clock_limit_hz=peaks(clock_limit, key), driver=latest_label(drivers.get(key, []), N.DRIVER_VERSION),
             samples=max((st.n for st in ms), default=0), first_t=min((st.first_t for st in ms), default=None),
             last_t=max((st.last_t for st in ms), default=None)))
     return out
+
+
+def latest_label(series: list, key: str) -> str:
+    """The attribute `key` of the series seen last ("" when none has it)."""
+    seen = [(st.last_t, s.get(key)) for s, st in series if s.get(key)]
+    return max(seen)[1] if seen else ""
 
 
 def nodes_of(rec: Recording, start: float, end: float) -> list[NodeStats]:

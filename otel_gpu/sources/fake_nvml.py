@@ -115,6 +115,7 @@ class FakeGpu:
     nvlink_errors: tuple[tuple[int, int, int, int], ...] = ()   # per link: replay, recovery, CRC flit, CRC data
     pcie_replays: int = 0
     pcie_link: tuple[int, int, int, int] = (5, 16, 5, 16)   # current generation, width; maximum generation, width
+    max_clocks_mhz: tuple[int, int] | None = None   # (SM, memory) maximum; default: the busy SM clock, the memory clock
     processes: tuple[FakeProcess, ...] = ()
     mig_devices: tuple[FakeMig, ...] = ()
     not_supported: frozenset[str] = frozenset()   # NVML function names answering NOT_SUPPORTED
@@ -471,6 +472,11 @@ class FakeNvml:
         if clock_type == pynvml.NVML_CLOCK_MEM:
             return s.mem_clock_mhz
         return s.sm_clock_mhz[1] if self._util(h) > 0.05 else s.sm_clock_mhz[0]
+
+    def nvmlDeviceGetMaxClockInfo(self, h, clock_type):
+        s = self._gpu_only("nvmlDeviceGetMaxClockInfo", h, clock_type).spec
+        sm, mem = s.max_clocks_mhz or (s.sm_clock_mhz[1], s.mem_clock_mhz)
+        return mem if clock_type == pynvml.NVML_CLOCK_MEM else sm
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, h, _fn="nvmlDeviceGetCurrentClocksEventReasons"):
         s = self._enter(_fn, h).spec

@@ -16,6 +16,7 @@ round instead (the reference the cadence is checked against).
 """
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from functools import partial
@@ -296,8 +297,9 @@ class NvmlSource:
                 new_reading(Reading, (N.GPU_MEMORY_LIMIT, float(m.total), dev.attrs))]
 
     def _slow(self, dev: Device, now: float) -> list[Reading]:
-        """Power limit, volatile ECC totals and health (nvml_health.py): they change by an admin's action or rarely, so
-        they are read every SLOW_READ_S seconds and the same readings repeated in between."""
+        """Power limit, volatile ECC totals, health (nvml_health.py), maximum clocks and driver version: they change
+        by an admin's action or rarely, so they are read every SLOW_READ_S seconds and the same readings repeated
+        in between."""
         if dev.slow is not None and now - dev.slow[0] < SLOW_READ_S:
             return dev.slow[1]
         nvml, out = self._nvml, []
@@ -310,6 +312,11 @@ class NvmlSource:
             if n is not SKIP:
                 out.append(Reading(N.GPU_ERRORS, float(n), dev.tagged(N.ERROR_TYPE, kind)))
         out += health_readings(nvml, self._call, dev, dev.nvlinks, self._error)   # row remap, NVLink/PCIe errors, link
+        for clock, attrs in ((nvml.NVML_CLOCK_SM, dev.clock_attrs[0]), (nvml.NVML_CLOCK_MEM, dev.clock_attrs[1])):
+            c = self._call(dev, "clock_max", "nvmlDeviceGetMaxClockInfo", dev.handle, clock)
+            if c is not SKIP:
+                out.append(Reading(N.GPU_CLOCK_LIMIT, c * 1e6, attrs))   # MHz -> Hz
+        out.append(Reading(N.GPU_DRIVER, 1.0, dev.tagged(N.DRIVER_VERSION, self.driver[:64])))
         dev.slow = (now, out)
         return out
 
@@ -394,8 +401,41 @@ class NvmlSource:
                 "xid_events": dict(sorted(d.xid.items())),
             })
         return {"source": self.name, "driver_version": self.driver, "gpu_count": len(self.devices),
-                "partial_errors": self.partial_errors, "gpus": gpus, "field_costs": self._costly.field_costs(),
+                "partial_errors": self.partial_errors, "gpus": gpus, **self._alike(),
+                "field_costs": self._costly.field_costs(),
                 "dropped_processes": {str(pid): why for pid, why in sorted(self._procs.dropped.items())}}
+
+    def _alike(self) -> dict:
+        """doctor: are this node's GPUs alike, and each job's (where the GPU processes name one)? Model, memory,
+        maximum PCIe generation (the current one drops while idle), current PCIe width and maximum SM clock."""
+        from ..diagnose.consistency import unlike
+        from ..diagnose.model import GpuStats
+
+        stats, jobs, host = [], {}, socket.gethostname()
+        for d in self.devices:
+            if d.failed or not d.probed:
+                continue
+            try:
+                m = self._call(d, "memory", "nvmlDeviceGetMemoryInfo", d.handle)
+                gen = self._call(d, "pcie_link", "nvmlDeviceGetMaxPcieLinkGeneration", d.handle)
+                width = self._call(d, "pcie_link", "nvmlDeviceGetCurrPcieLinkWidth", d.handle)
+                clock = self._call(d, "clock_max", "nvmlDeviceGetMaxClockInfo", d.handle, self._nvml.NVML_CLOCK_SM)
+            except DeviceLost:
+                continue
+            g = GpuStats(host=host, gpu=str(d.index), uuid=d.uuid, model=d.name,
+                         mem_limit_b=None if m is SKIP else float(m.total), pcie_gen=None if gen is SKIP else gen,
+                         pcie_width=None if width is SKIP else width,
+                         sm_clock_limit_hz=None if clock is SKIP else clock * 1e6)
+            stats.append(g)
+            if d.labels.owner:
+                jobs.setdefault(", ".join(f"{k}={v}" for k, v in d.labels.owner), []).append(g)
+        if len(stats) < 2:
+            return {"gpus_alike": f"not checked: {len(stats)} GPU{'' if len(stats) == 1 else 's'} read"}
+        rows = unlike({"all of this node": stats, **{f"job {j}": gs for j, gs in sorted(jobs.items()) if len(gs) > 1}})
+        if rows:
+            return {"gpus_unlike": rows}
+        return {"gpus_alike": f"yes: {len(stats)} GPUs alike in model, memory, maximum PCIe generation, PCIe width "
+                              "and maximum SM clock (one driver per node)"}
 
     def close(self) -> None:
         """Free GPM samples and the event set, then `nvmlShutdown` (idempotent)."""

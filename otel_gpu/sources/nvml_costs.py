@@ -27,7 +27,7 @@ GPM_PCIE = {"transmit": "NVML_GPM_METRIC_PCIE_TX_PER_SEC", "receive": "NVML_GPM_
 FIELDS = ("utilization", "memory", "power", "power_limit", "energy", "temperature", "clock_sm", "clock_memory",
           "clock_events", "ecc_corrected", "ecc_uncorrected", "pcie_transmit", "pcie_receive", "nvlink",
           "processes", "xid", "mig", "row_remap", "retired_pages", "nvlink_errors", "pcie_replay",
-          "pcie_link")  # metric groups, as describe() names them
+          "pcie_link", "clock_max")  # metric groups, as describe() names them
 CALLS = {"utilization": "GetUtilizationRates", "memory": "GetMemoryInfo", "power": "GetPowerUsage",
          "power_limit": "GetEnforcedPowerLimit", "energy": "GetTotalEnergyConsumption", "temperature": "GetTemperature",
          "clock_sm": "GetClockInfo", "clock_memory": "GetClockInfo", "clock_events": "GetCurrentClocksEventReasons",
@@ -36,7 +36,7 @@ CALLS = {"utilization": "GetUtilizationRates", "memory": "GetMemoryInfo", "power
          "processes": "GetComputeRunningProcesses", "xid": "nvmlEventSetWait", "mig": "GetMigMode",
          "gpm": "nvmlGpmSampleGet", "row_remap": "GetRemappedRows", "retired_pages": "GetRetiredPages",
          "nvlink_errors": "GetNvLinkErrorCounter", "pcie_replay": "GetPcieReplayCounter",
-         "pcie_link": "GetCurrPcieLinkGeneration"}   # field -> NVML call (nvmlDevice prefix left out)
+         "pcie_link": "GetCurrPcieLinkGeneration", "clock_max": "GetMaxClockInfo"}   # field -> NVML call (nvmlDevice prefix left out)
 _GPM_PCIE_NAMES = frozenset(GPM_PCIE.values())
 
 

@@ -59,3 +59,27 @@ def test_the_summary_query_feeds_model_and_link():
     (g,) = parse_gpus([s("n", 10), s("model_NVIDIA H100 80GB HBM3", 1e9, hw_name="NVIDIA H100 80GB HBM3"),
                        s("pcie_gen", 4), s("pcie_width", 16), s("mem_limit", 85520809984)])
     assert (g.model, g.pcie_gen, g.pcie_width) == ("NVIDIA H100 80GB HBM3", 4, 16)
+
+
+def test_the_summary_query_feeds_clock_limit_and_driver():
+    def s(q, value, **labels):
+        return Series({"host_name": "n0", "hw_id": "GPU-a", "otelgpu_gpu_index": "0", Q: q, **labels},
+                      [(1.7e9, value)])
+    (g,) = parse_gpus([s("n", 10), s("clock_limit", 1.98e9), s("driver_590.48.01", 1, otelgpu_driver_version="590.48.01")])
+    assert (g.sm_clock_limit_hz, g.driver) == (1.98e9, "590.48.01")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.sampled_from(["590.48.01", "580.95.05", "575.57.08"]), min_size=2, max_size=12),
+       st.lists(st.sampled_from([1410, 1755, 1980]), min_size=2, max_size=12))
+def test_driver_and_clock_odd_ones_are_those_unlike_the_common_value(drivers, clocks):
+    n = min(len(drivers), len(clocks))
+    gpus = [gpu(i, driver=drivers[i], sm_clock_limit_hz=clocks[i] * 1e6) for i in range(n)]
+    got = odd_gpus(gpus)
+    for key, values in (("driver", drivers[:n]), ("max SM clock (MHz)", clocks[:n])):
+        if len(set(values)) == 1:
+            assert key not in got
+            continue
+        common, odd = got[key]
+        assert values.count(common) == max(values.count(v) for v in values)
+        assert odd == {f"n0/gpu{i}": v for i, v in enumerate(values) if v != common}
