@@ -113,16 +113,19 @@ def _short(text: str, n: int) -> str:
 
 def push_all(url: str, per_rank: dict, service_name: str, job: str | None) -> bool:
     """Push every rank's stacks; one line on stderr either way; False when the push failed."""
+    from ..words import count
     from .gpu_push import PushError, push, push_body
 
+    ranks = sum(1 for stacks in per_rank.values() if any(ns > 0 for ns in stacks.values()))
+    if not ranks:
+        print("otel-gpu trace: nothing pushed to Pyroscope: no GPU time in the traces (CPU-only)", file=sys.stderr)
+        return True
     try:
         push(url, push_body(per_rank, service_name, job))
     except PushError as exc:
         print(f"otel-gpu trace: cannot push GPU time to Pyroscope: {exc}", file=sys.stderr)
         return False
-    from ..words import count
-
-    print(f"otel-gpu trace: pushed GPU time by launching code ({count(len(per_rank), 'rank')}, service_name "
+    print(f"otel-gpu trace: pushed GPU time by launching code ({count(ranks, 'rank')}, service_name "
           f"{service_name}) to {url}", file=sys.stderr)
     return True
 

@@ -197,6 +197,13 @@ def test_cli_writes_folded_files_and_pushes(tmp_path, capsys):
     assert "GPU time by launching code" in printed.out and "[nccl]" in printed.out and "nccl:all_reduce" in printed.out
 
 
+def test_cli_pushes_nothing_for_cpu_only_traces(capsys):
+    with Receiver() as rx:
+        assert main(["trace", "analyze", "tests/data/traces/cpu_gloo_clean", "--quiet", "--push", rx.url]) == 0
+        assert rx.requests == 0
+    assert "nothing pushed to Pyroscope: no GPU time in the traces" in capsys.readouterr().err
+
+
 def test_cli_push_failure_and_bad_flags(tmp_path, capsys):
     crafted(str(tmp_path / "r0.json"))
     with Receiver(mode="error") as rx:
