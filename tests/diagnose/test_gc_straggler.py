@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -15,7 +16,7 @@ from tests.record.conftest import record, torchrun
 
 pytest.importorskip("torch", reason="torch not installed (pip install 'otel-gpu[train]')")
 pytestmark = pytest.mark.slow
-JOB = __import__("pathlib").Path(__file__).with_name("jobs") / "ddp_train.py"
+JOB = Path(__file__).with_name("jobs") / "ddp_train.py"
 
 
 def test_gc_pauses_name_the_rank_with_its_gc_time(tmp_path):

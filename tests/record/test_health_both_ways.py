@@ -4,10 +4,10 @@
 the rank's GC time."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 import uuid
-import json
 
 import pytest
 
