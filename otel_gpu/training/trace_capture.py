@@ -80,7 +80,7 @@ class Capture:
             elif self.state == cf.ARMED and n > self.window[0]:
                 self._missed(n - 1)
         except Exception as exc:  # never let our bug reach the training loop
-            self._abandon(f"internal error: {exc!r}")
+            self._internal_error(exc)
 
     def step_closed(self, seconds: float) -> None:
         try:
@@ -101,7 +101,7 @@ class Capture:
                     self._next_check = now + CHECK_PERIOD_S
                     self._check()
         except Exception as exc:  # never let our bug reach the training loop
-            self._abandon(f"internal error: {exc!r}")
+            self._internal_error(exc)
 
     # ---- requests ----
     def _check(self) -> None:
@@ -199,6 +199,13 @@ class Capture:
     def _missed(self, at: int) -> None:
         start, end = self.window
         self._say(cf.MISSED, f"steps {start}-{end} not captured: this rank was already at step {at}")
+
+    def _internal_error(self, exc: Exception) -> None:
+        try:
+            self._abandon(f"internal error: {exc!r}")
+        except Exception as again:  # even saying so failed: this rank stops capturing, the training goes on
+            self.state, self.watch = cf.FAILED, False
+            log.warning("otel-gpu: rank %s: trace capture off after an internal error: %r", self.rank, again)
 
     def _abandon(self, why: str) -> None:
         """Stop whatever the capture started; one line; the training goes on."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from otel_gpu.cli import main
 from tests.childenv import clean_env
 from tests.procwatch import wait_until
 from tests.servers import free_port
@@ -31,7 +32,7 @@ def step_marks(path: Path) -> list[int]:
                   if (m := re.fullmatch(r"ProfilerStep#(\d+)", str(e.get("name", "")))))
 
 
-def test_steps_5_6_and_3_steps_on_request_on_both_ranks_analysed_into_the_report(tmp_path):
+def test_steps_5_6_and_3_steps_on_request_on_both_ranks_analysed_into_the_report(tmp_path, capsys):
     run_dir, stop = tmp_path / "run", tmp_path / "stop"
     job = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
            str(HERE / "gloo_job.py"), "3000", str(stop)]
@@ -40,16 +41,16 @@ def test_steps_5_6_and_3_steps_on_request_on_both_ranks_analysed_into_the_report
     first = run_dir / "traces" / "steps-5-6"
     try:
         wait_until(lambda: len(list(first.glob("rank*.pt.trace.json.gz"))) == 2 or proc.poll() is not None, 120)
-        asked = subprocess.run(CLI + ["trace", "capture", str(run_dir), "--steps", "3", "--margin", "1",
-                                      "--timeout", "60"], env=clean_env(), cwd=REPO, capture_output=True, text=True,
-                               timeout=90)
+        capsys.readouterr()
+        asked = main(["trace", "capture", str(run_dir), "--steps", "3", "--margin", "1", "--timeout", "60"])
+        said = capsys.readouterr()
     finally:
         stop.touch()
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
-    assert asked.returncode == 0, asked.stdout + asked.stderr
-    m = re.search(r"steps (\d+)-(\d+) on ranks 0-1 \(now at step (\d+)\)", asked.stdout)
-    assert m, asked.stdout
+    assert asked == 0, said.out + said.err
+    m = re.search(r"steps (\d+)-(\d+) on ranks 0-1 \(now at step (\d+)\)", said.out)
+    assert m, said.out
     start, end, now = map(int, m.groups())
     assert end == start + 2 and start > now
     second = run_dir / "traces" / f"steps-{start}-{end}"
