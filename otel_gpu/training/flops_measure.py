@@ -2,13 +2,14 @@
 
 Opt-in, for models the formula of flops.py does not fit (convolutions) or where a person asks for
 the measured figure instead. One training batch is measured on the training thread: from the fetch
-of the second training batch (the first pays lazy initialisation) to the first of the optimizer
-step's end, the next fetch or the loader's end: forward, backward (autograd's threads inherit the
+of the third training batch (the first pays lazy initialisation, the second is the baseline for
+the cost) to the first of the optimizer step's end, the next fetch or the loader's end: forward, backward (autograd's threads inherit the
 mode) and optimizer. Its FLOPs per sample (leading dimension of the batch) times the samples of
-every training batch fetched is the counter's value, basis "measured" (flops.BASIS_TEXT).
+every training batch trained on is the counter's value, basis "measured" (flops.BASIS_TEXT).
 
 What it cost is said once in a log line: that batch's wall time under the mode (every operator goes
-through Python) against the batch before it, in seconds. FlopCounterMode has no formula for
+through Python) less the batch before it, in seconds (a loop of fewer than three training batches
+is not measured). FlopCounterMode has no formula for
 PyTorch's CPU flash-attention kernel; it is added here with PyTorch's own SDPA formulas, so a
 CPU run counts its attention as a GPU run does. Nothing here synchronises with a device.
 """
@@ -25,6 +26,7 @@ from .flops import BASIS_MEASURED, BASIS_TEXT
 SETTING = "OTELGPU_FLOPS"
 FORMULA, MEASURE = "formula", "measure"
 CHOICES = (FORMULA, MEASURE)
+MEASURED_BATCH = 3   # the first pays lazy initialisation, the second is the baseline for the cost
 
 log = logging.getLogger("otel_gpu.training")
 
@@ -91,7 +93,7 @@ class Meter:
         n = self._pending = batch_samples(batch)
         self._batches += 1
         self._opened = now
-        if self._batches == 2 and n and self.per_sample is None:
+        if self._batches == MEASURED_BATCH and n and self.per_sample is None:
             self._start(n)
 
     def boundary(self, now: float | None = None) -> None:
@@ -121,7 +123,7 @@ class Meter:
         self.cost_s = seconds - before if before is not None else seconds
         shown_before = f"{before:.3f} s" if before is not None else "not timed"
         log.warning("otel-gpu: model FLOPs measured with FlopCounterMode over one training batch: %.4g FLOPs, "
-                    "%d samples, %.4g per sample; it cost %.3f s (that batch %.3f s, the one before %s); "
+                    "%d samples, %.4g per sample; it cost %+.3f s (that batch %.3f s, the one before %s); "
                     "basis: %s", total, self._measuring_samples, self.per_sample, self.cost_s, seconds,
                     shown_before, BASIS_TEXT[BASIS_MEASURED])
 

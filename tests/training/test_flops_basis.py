@@ -123,7 +123,7 @@ def test_lora_style_gpt2_loop_tokens_exact_and_flops_within_1_percent(live, caps
 
 
 def test_a_cnn_is_measured_once_on_request_with_its_cost_in_a_log_line(live, caplog, monkeypatch):
-    """OTELGPU_FLOPS=measure: the second training batch under FlopCounterMode, per sample times the
+    """OTELGPU_FLOPS=measure: the third training batch under FlopCounterMode, per sample times the
     samples trained on; no synchronising call while measuring."""
     import cnn_loop
 
@@ -152,23 +152,24 @@ def test_a_cnn_without_the_setting_has_no_figure_and_says_why(live, caplog):
 
 
 def test_the_meter_measures_the_second_batch_and_counts_batches_once_trained():
-    """First batch: timed, not measured; second: measured until the optimizer step; a batch fetched
-    and never trained on (the loader's end not reached) is not counted."""
+    """First batch: warm-up; second: the baseline, timed; third: measured until the optimizer step;
+    a batch is counted once trained on (at the next fetch or the loader's end)."""
     now, x = [0.0], torch.ones(3, 4)
     m = flops_measure.Meter(lambda: now[0])
     w = torch.ones(4, 5, requires_grad=True)
     m.fetched({"x": x})
+    m.fetched({"x": x})          # the first one trained (no optimizer step: the fetch ends it)
     now[0] = 0.5
-    m.boundary()                 # first batch trained: 0.5 s
+    m.boundary()                 # the second trained: 0.5 s
     m.fetched((x, x))
     (x @ w).sum().backward()     # 2*3*4*5 forward + 2*3*4*5 weight gradient
     now[0] = 1.7
     m.boundary()
     assert m.per_sample == 2 * (2 * 3 * 4 * 5) / 3 and m.cost_s == pytest.approx(0.7)
-    assert m.flops() == m.per_sample * 3   # the measured batch not counted until the next fetch or end
+    assert m.flops() == m.per_sample * 6   # the measured batch not counted until the next fetch or end
     m.fetched(torch.ones(2, 7))
     m.fetched(None)
-    assert m.samples == 8 and m.flops() == pytest.approx(m.per_sample * 8)
+    assert m.samples == 11 and m.flops() == pytest.approx(m.per_sample * 11)
     assert flops_measure.batch_samples({}) == 0 and flops_measure.batch_samples([{"a": torch.ones(6)}]) == 6
 
 
