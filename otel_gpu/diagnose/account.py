@@ -43,7 +43,7 @@ class Account:
 
     def as_dict(self) -> dict:
         return {"total_rank_s": round(self.total_s, 3), "why_not": self.why_not, "notes": list(self.notes),
-                "parts": [{"key": p.key, "label": p.label, "share": round(p.share, 6), "basis": p.basis}
+                "parts": [{"key": p.key, "label": p.label, "share": p.share, "basis": p.basis}
                           for p in self.parts]}
 
     def lines(self) -> list[str]:

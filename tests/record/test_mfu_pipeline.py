@@ -73,3 +73,5 @@ def test_recorded_and_prometheus_mfu_agree_on_a_fake_h100(victoriametrics, tmp_p
     # what the user reads: the run summary and the diagnosis
     assert "  work: " in r.proc.stderr and "MFU " in r.proc.stderr and "  time: data wait" in r.proc.stderr, r.proc.stderr
     assert served.as_dict()["work"]["job"]["mfu_value"] == pytest.approx(theirs.mfu)
+    page = (r.directory / "report.html").read_text()
+    assert '<section id="sec-work">' in page and "Where the time went" in page and "NVIDIA H100 80GB HBM3" in page
