@@ -63,7 +63,8 @@ def allocator(w: Window, th: Thresholds) -> list[Finding]:
     t = th["allocator"]
     rows = _devices(w)
     if not rows:
-        return [missing_input("allocator", "CUDA allocator health", NOT_EXPORTED, ["allocator metrics"])] if w.gpus else []
+        # said for a GPU job's ranks; a CPU job, or GPUs without training ranks (--gpu-only), have nothing to check
+        return [missing_input("allocator", "CUDA allocator health", NOT_EXPORTED, ["allocator metrics"])] if w.gpus and w.ranks else []
     out = []
     hit = retrying(w, th)
     if hit:

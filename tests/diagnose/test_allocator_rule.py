@@ -53,6 +53,7 @@ def test_not_checked_without_allocator_series_on_a_gpu_job_only():
     (f,) = allocator(window([rank(0)], [gpu(0)]), TH)
     assert f.missing and "not checked" in f.title
     assert allocator(window([rank(0)]), TH) == []   # a CPU job: nothing to say
+    assert allocator(window([], [gpu(0)]), TH) == []   # GPUs without training ranks (--gpu-only): nothing either
 
 
 def test_memory_rule_advises_expandable_segments_only_on_allocator_evidence():
