@@ -9,6 +9,7 @@ from . import fmt
 from .. import words
 from ..safe_text import markdown as md, visible
 from .account import headline
+from .mfu import mfu_pct
 from .findings import Finding
 
 MARK = {"critical": "CRITICAL", "warning": "warning", "info": "info"}
@@ -135,7 +136,8 @@ def _work_text(wk: dict, width: int | None) -> list[str]:
         return []
     lines = _wrap("  work: ", visible(_work_head(wk)), width)
     for line in wk["lines"]:
-        lines += _wrap("  time: ", visible(line), width)
+        note = line.startswith("note: ")
+        lines += _wrap("  note: " if note else "  time: ", visible(line[len("note: "):] if note else line), width)
     return lines
 
 
@@ -149,7 +151,8 @@ def _work_markdown(wk: dict) -> list[str]:
     if acc["why_not"]:
         return out + [f"- {md(acc['why_not'])}"]
     out += ["", "| part | share of wall time | basis |", "|---|---|---|"]
-    out += [f"| {md(p['label'])} | {fmt.pct(p['share'])} | {md(p['basis'])} |" for p in acc["parts"]]
+    out += [f"| {md(p['label'])} | {(mfu_pct if p['key'] == 'mfu' else fmt.pct)(p['share'])} | {md(p['basis'])} |"
+            for p in acc["parts"]]
     return out + [f"- note: {md(n)}" for n in acc["notes"]]
 
 

@@ -18,7 +18,8 @@ def html(sec: dict) -> str:
                    f"<td>{html_text(r['dtype'])}</td><td>{html_text(r['tflops'])}</td><td>{html_text(r['tokens'])}</td>"
                    f"<td>{html_text(r['mfu'])}</td></tr>" for r in sec["ranks"])
     acc = sec["account"]
-    parts = "".join(f"<tr><td>{html_text(p['label'])}</td><td>{fmt.pct(p['share'])}</td><td>{html_text(p['basis'])}</td></tr>"
+    parts = "".join(f"<tr><td>{html_text(p['label'])}</td><td>{(mfu_pct if p['key'] == 'mfu' else fmt.pct)(p['share'])}</td>"
+                    f"<td>{html_text(p['basis'])}</td></tr>"
                     for p in acc["parts"])
     notes = "".join(f"<li>{html_text(n)}</li>" for n in acc["notes"])
     job = sec["job"]

@@ -133,3 +133,34 @@ def test_the_parts_always_add_up_to_the_wall_time_and_none_is_negative(data, fwd
     acc = account(window([r], [_h100(0, util=util)] if gpus else []))
     shares = [p.share for p in acc.parts]
     assert sum(shares) == pytest.approx(1.0, abs=1e-9) and min(shares) >= -1e-12, acc.as_dict()
+
+
+counts = st.floats(0, 1e18, allow_nan=False)
+
+
+@FAST
+@given(flops=st.dictionaries(st.sampled_from(["6N+attention", "measured", ""]), st.tuples(counts, st.none() | counts)),
+       tokens=st.none() | st.tuples(counts, st.none() | counts), dtypes=st.sets(st.sampled_from(["bf16", "fp32", "fp8"])),
+       peaks=st.dictionaries(st.sampled_from(["bf16", "fp8", ""]), st.none() | st.floats(-1, 1e16, allow_nan=False)))
+def test_the_summary_values_parse_into_rank_and_gpu_fields(flops, tokens, dtypes, peaks):
+    """work_inputs / peak_inputs over what the union query tags: counter increases never negative, a dtype only
+    when one was seen, peaks only positive and labelled."""
+    from otel_gpu.diagnose.work import peak_inputs, work_inputs
+    v = {}
+    for basis, (last, start) in flops.items():
+        v[f"flops_{basis}"] = last
+        if start is not None:
+            v[f"flops0_{basis}"] = start
+    if tokens is not None:
+        v["tokens"], v["tokens0"] = tokens
+    v.update({f"dtype_{d}": 1.0 for d in dtypes})
+    got = work_inputs(v)
+    if flops:
+        assert got["flops"] == pytest.approx(sum(max(0.0, a - (b or 0.0)) for a, b in flops.values()))
+        assert got["flops_basis"] == "+".join(sorted(flops))
+    else:
+        assert got["flops"] is None and got["flops_basis"] == ""
+    assert got["tokens"] == (None if tokens is None else max(0.0, tokens[0] - (tokens[1] or 0.0)))
+    assert got["compute_dtype"] == (next(iter(dtypes)) if len(dtypes) == 1 else "")
+    want = {d: x for d, x in peaks.items() if d and x is not None and x > 0}
+    assert peak_inputs({f"peak_{d}": x for d, x in peaks.items()}) == want
