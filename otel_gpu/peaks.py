@@ -98,7 +98,7 @@ def normalise(name: str) -> str:
 
 _BY_NAME = {normalise(p.name): p for p in PRODUCTS}
 _MIG = re.compile(r"^(?P<base>.*?)\s+MIG\s+(?P<profile>\S+)$", re.IGNORECASE)
-_PROFILE = re.compile(r"^(?:\d+c\.)?(?P<g>\d+)g\.\d+gb(?:\+\w+)?$", re.IGNORECASE)
+_PROFILE = re.compile(r"^(?:[0-9]+c\.)?(?P<g>[0-9]+)g\.[0-9]+gb(?:\+[a-z]+)?$", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -123,3 +123,14 @@ def test_the_agent_reads_a_peak_per_dtype_for_each_gpu_and_mig_device():
     finally:
         src.close()
 
+
+
+@FAST
+@given(st.text(max_size=20), st.integers(1, 8), st.integers(1, 400), st.sampled_from(["", "+me", "+gfx"]))
+def test_mig_profile_parser(junk, g, gb, ext):
+    """Any text is a share in (0, 1] or None; a well-formed profile of g slices is g/7 (None beyond 7)."""
+    share = peaks.mig_share(junk, 7)
+    assert share is None or 0 < share <= 1
+    want = g / 7 if g <= 7 else None
+    assert peaks.mig_share(f"{g}g.{gb}gb{ext}", 7) == want
+    assert peaks.mig_share(f"1c.{g}g.{gb}gb", 7) == want

@@ -27,7 +27,7 @@ def _ppid(pid: int, proc_root: str) -> int | None:
 def local_rank(env: dict[str, str]) -> int | None:
     """The GPU index a rank's environment points at: LOCAL_RANK, else 0 for a rank without one."""
     text = env.get("LOCAL_RANK", "").strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():   # ASCII digits only ('¹' is a digit to str.isdigit, not to int)
         return int(text)
     return 0 if rank_from_env(env) is not None else None
 
