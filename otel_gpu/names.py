@@ -53,8 +53,10 @@ SLURM_STEP_ID = "slurm.step.id"   # 0, 1, ..., batch, extern, interactive
 K8S_POD_UID = "k8s.pod.uid"
 K8S_POD_NAME = "k8s.pod.name"
 K8S_NAMESPACE = "k8s.namespace.name"
+K8S_CONTAINER_NAME = "k8s.container.name"   # from the kubelet's PodResources API only (sources/podresources.py)
 CONTAINER_ID = "container.id"
-OWNER_ATTRIBUTES = (JOB, SLURM_JOB_ID, SLURM_STEP_ID, K8S_POD_UID, K8S_POD_NAME, K8S_NAMESPACE, CONTAINER_ID)
+OWNER_ATTRIBUTES = (JOB, SLURM_JOB_ID, SLURM_STEP_ID, K8S_POD_UID, K8S_POD_NAME, K8S_NAMESPACE, K8S_CONTAINER_NAME,
+                    CONTAINER_ID)
 
 _GPU = (HW_ID, HW_NAME, HW_VENDOR, HW_TYPE, GPU_INDEX)
 

@@ -40,7 +40,7 @@ RANK_VARIABLES: dict[str, Callable[[str, str], object]] = {
 OTHER_VARIABLES = (
     # the node agent (`otel-gpu agent`; `otel-gpu run` checks them before starting it)
     "OTELGPU_INTERVAL", "OTELGPU_PROMETHEUS_PORT", "OTELGPU_PROMETHEUS_HOST", "OTELGPU_CHECKPOINT_DIR",
-    "OTELGPU_PROCESSES", "OTELGPU_FAKE_GPUS",
+    "OTELGPU_PROCESSES", "OTELGPU_FAKE_GPUS", "OTELGPU_KUBELET_SOCKET",
     # the ranks: the recording's per-run key (`otel-gpu run` sets it; docs/record.md)
     "OTELGPU_RECORD_KEY",
     # the ranks: where to dump their stacks on request (`otel-gpu run --record` sets it; otel_gpu/stacks.py)

@@ -8,6 +8,7 @@ import argparse
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -41,6 +42,8 @@ Settings (flags win over the environment):
   OTELGPU_PROCESSES        command-line substrings of the training processes
                            to watch (','-separated)
   OTELGPU_FAKE_GPUS        read N fake Hopper GPUs instead of NVML (demos)
+  OTELGPU_KUBELET_SOCKET   the kubelet's PodResources socket: label GPUs assigned
+                           to pods (also while idle) with pod, namespace, container
 """
 
 
@@ -86,12 +89,28 @@ def agent_config(args, env: Mapping[str, str], stdout_is_tty: bool) -> AgentConf
     for flag, root in (("--proc-root", args.proc_root), ("--sys-root", args.sys_root)):
         if not Path(root).is_dir():
             raise UsageError(f"{flag} {root!r}: not a directory")
+    kubelet = kubelet_socket(args.kubelet_socket if args.kubelet_socket is not None else
+                             env.get("OTELGPU_KUBELET_SOCKET", ""))
     node = NodeConfig(proc_root=args.proc_root, sys_root=args.sys_root, checkpoint_dirs=dirs,
                       process_patterns=patterns, fake_gpus=fake_gpus, gpus=not args.no_gpu, interval_s=interval_s,
-                      job_pid=getattr(args, "parent_pid", None))
+                      job_pid=getattr(args, "parent_pid", None), kubelet_socket=kubelet)
     host = (env.get("OTELGPU_PROMETHEUS_HOST") or "").strip() or "127.0.0.1"   # empty: the default, never 0.0.0.0
     return AgentConfig(node, interval_s, otlp, port, host, live,
                        getattr(args, "parent_pid", None))
+
+
+def kubelet_socket(raw: str) -> str | None:
+    """--kubelet-socket / OTELGPU_KUBELET_SOCKET: None when empty; UsageError unless a unix socket."""
+    path = raw.strip()
+    if not path:
+        return None
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError) as exc:   # ValueError: a NUL in the path
+        raise UsageError(f"--kubelet-socket {path!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    if not stat.S_ISSOCK(mode):
+        raise UsageError(f"--kubelet-socket {path!r}: not a unix socket")
+    return path
 
 
 def register(sub) -> None:
@@ -107,6 +126,9 @@ def register(sub) -> None:
     p.add_argument("--no-live", dest="live", action="store_false", help="never show the live terminal view")
     p.add_argument("--proc-root", default="/proc", help="where the host's /proc is mounted (containers)")
     p.add_argument("--sys-root", default="/sys", help="where the host's /sys is mounted (containers)")
+    p.add_argument("--kubelet-socket", default=None, metavar="PATH",
+                   help="the kubelet's PodResources socket (e.g. /var/lib/kubelet/pod-resources/kubelet.sock): label "
+                        "GPUs assigned to pods, also while idle; also OTELGPU_KUBELET_SOCKET")
     p.add_argument("--parent-pid", type=bounded_int(1, MAX_PID), default=None, metavar="PID",
                    help="stop (flushing as on SIGTERM) when process PID ends or is no longer the parent; the "
                         "processes PID starts (but otel-gpu's own) are the job's: their CPU, memory and I/O are read")

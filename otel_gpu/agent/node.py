@@ -18,6 +18,7 @@ class NodeConfig:
     gpus: bool = True
     interval_s: float = 1.0                  # the sampling interval (s): GPM spaces its samples by it
     job_pid: int | None = None               # the processes below it are the job's (`otel-gpu run`/`tune` pass theirs)
+    kubelet_socket: str | None = None        # the kubelet's PodResources socket: GPUs assigned to pods
 
 
 @dataclass
@@ -53,13 +54,21 @@ def build_node(config: NodeConfig) -> Node:
     node = Node(sources=[])
     if config.gpus:
         from ..sources.nvml import NvmlSource
+        pods = None
+        if config.kubelet_socket:
+            from ..sources.podresources import PodResourcesReader
+            pods = PodResourcesReader(config.kubelet_socket).start()
+            if pods.problem:
+                node.notes.append(f"GPUs held by idle pods are not labelled until this works: {pods.problem}")
         try:
             # costly NVML calls (energy, PCIe throughput) run on a thread of their own: never in the round
             node.gpu = NvmlSource(nvml=_nvml_module(config), proc_root=config.proc_root, background=True,
-                                  interval_s=config.interval_s)
+                                  interval_s=config.interval_s, pod_resources=pods)
             node.sources.append(node.gpu)
         except SourceError as exc:
             node.notes.append(str(exc))  # the source says what is off and why, in one line
+            if pods is not None:
+                pods.stop()
     else:
         node.notes.append("GPU metrics are off: disabled by --no-gpu")
     disk = DiskSource(proc_root=config.proc_root, sys_root=config.sys_root, paths=config.checkpoint_dirs)

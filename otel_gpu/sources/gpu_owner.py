@@ -87,6 +87,22 @@ def pick(owners: list[tuple[float, int, Owner]]) -> Owner:
     return best[2] if best is not None else ()
 
 
+def with_assignment(owner: Owner, assigned: Owner | None) -> Owner:
+    """A GPU's owner from its processes completed by the kubelet's assignment of the GPU: the assignment
+    when no process names an owner (a pod holding an idle GPU); the processes' owner with the assignment's
+    missing attributes (the container name; the pod name where the cgroup path gave only its uid) when it
+    names no other pod; else the processes' owner unchanged (they are what runs on the GPU)."""
+    if not assigned:
+        return owner
+    if not owner:
+        return assigned
+    mine, theirs = dict(owner), dict(assigned)
+    if any(mine.get(k, theirs[k]) != theirs[k] for k in (N.K8S_POD_NAME, N.K8S_NAMESPACE) if k in theirs):
+        return owner
+    merged = {**theirs, **mine}
+    return tuple((k, merged[k]) for k in N.OWNER_ATTRIBUTES if merged.get(k))
+
+
 class Labels:
     """One device's owner and its readings relabelled with it, each attributes dict built once
     per owner (readings share attribute dicts: the store files them by identity)."""

@@ -57,8 +57,9 @@ class NvmlSource:
 
     def __init__(self, nvml=pynvml, proc_root: str = "/proc", clock=time.monotonic, gpm: bool = True,
                  cadence: bool = True, background: bool = False, budget_cpu: float = BUDGET_CPU,
-                 interval_s: float | None = None):
+                 interval_s: float | None = None, pod_resources=None):
         self._nvml, self._clock, self._gpm_on = nvml, clock, gpm
+        self.pod_resources = pod_resources   # a started podresources.PodResourcesReader, or None
         # _call(dev, field, fn_name, *args): nvml.<fn_name>(*args), or SKIP when unsupported
         # (remembered) or failing now (counted); see nvml_device.call
         self._call = partial(call, nvml, self._error)
@@ -66,7 +67,7 @@ class NvmlSource:
         self._errors = 0
         self._errors_lock = threading.Lock()
         self._pids: set[int] = set()
-        self._procs = GpuProcesses(self._call, proc_root)
+        self._procs = GpuProcesses(self._call, proc_root, pod_resources.owners if pod_resources else None)
         try:
             nvml.nvmlInit()
         except pynvml.NVMLError as err:
@@ -402,6 +403,7 @@ class NvmlSource:
             })
         return {"source": self.name, "driver_version": self.driver, "gpu_count": len(self.devices),
                 "partial_errors": self.partial_errors, "gpus": gpus, **self._alike(),
+                **({"pod_resources": self.pod_resources.describe()} if self.pod_resources else {}),
                 "field_costs": self._costly.field_costs(),
                 "dropped_processes": {str(pid): why for pid, why in sorted(self._procs.dropped.items())}}
 
@@ -442,6 +444,8 @@ class NvmlSource:
         if getattr(self, "_closed", True):
             return
         self._closed = True
+        if getattr(self, "pod_resources", None) is not None:
+            self.pod_resources.stop()
         if hasattr(self, "_costly"):
             self._costly.close()
         for d in getattr(self, "devices", []):

@@ -9,7 +9,7 @@ from typing import Callable
 
 from .. import names as N
 from ..readings import Reading, new_reading
-from .gpu_owner import Owner, owner_attributes, pick, pid_problem, read_cgroup_owner
+from .gpu_owner import Owner, owner_attributes, pick, pid_problem, read_cgroup_owner, with_assignment
 from .nvml_device import SKIP, Device
 from .procenv import rank_from_env, read_environ
 
@@ -22,8 +22,9 @@ class GpuProcesses:
     (nvml_device.call, bound); `proc_root` is where `/proc/<pid>/{comm,environ,cgroup}` are read.
     `dropped_counts` counts the PIDs dropped, by reason (each once while NVML lists it)."""
 
-    def __init__(self, call: Callable, proc_root: str = "/proc"):
+    def __init__(self, call: Callable, proc_root: str = "/proc", assigned: Callable[[], dict] | None = None):
         self._call, self._proc_root = call, proc_root
+        self._assigned = assigned     # the kubelet's GPU UUID -> pod map (podresources.py), when read
         self._cache: dict[int, Info] = {}
         self.dropped: dict[int, str] = {}                 # PID -> why, while listed
         self._listed: set[int] = set()
@@ -34,7 +35,7 @@ class GpuProcesses:
         procs = self._call(dev, "processes", "nvmlDeviceGetComputeRunningProcesses", dev.handle)
         labels = dev.labels
         if procs is SKIP:
-            labels.set(())
+            labels.set(self._owner(dev, ()))
             return []
         used: dict[int, float] = {}
         for p in procs:
@@ -60,8 +61,13 @@ class GpuProcesses:
                 attrs.update(owner)
                 dev.proc_attrs[(pid, info)] = attrs
             out.append(new_reading(Reading, (N.GPU_PROCESS_MEMORY, mem, attrs)))
-        labels.set(pick(owners))
+        labels.set(self._owner(dev, pick(owners)))
         return out
+
+    def _owner(self, dev: Device, owner: Owner) -> Owner:
+        if self._assigned is None:
+            return owner
+        return with_assignment(owner, self._assigned().get(dev.uuid))
 
     def _drop(self, pid: int) -> bool:
         """True when `pid` is no process here (counted once while listed)."""

@@ -71,6 +71,7 @@ def test_chart_custom_values_reach_the_objects():
     assert c["args"][-4:] == ["--interval", "0.5", "--prometheus-port", "9500"]
     assert {"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://otel-collector.monitoring:4318"} in c["env"]
     assert {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True} in c["volumeMounts"]
+    assert {"name": "OTELGPU_KUBELET_SOCKET", "value": "/var/lib/kubelet/pod-resources/kubelet.sock"} in c["env"]
     assert c["resources"] == {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"memory": "1Gi"}}
     (svc,) = [d for d in docs if d["kind"] == "Service"]
     assert svc["spec"]["ports"][0]["port"] == 9500
