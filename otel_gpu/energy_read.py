@@ -22,12 +22,14 @@ def _rank_key(get: Callable[[str], str]) -> tuple[str, str]:
 
 def _build(gpu_series, energy_series, proc_series, step_series, token_series) -> tuple:
     """(gpus, ranks, on_gpu) from series given as (getter, points) pairs."""
-    energy = {(get(N.HOST), get(N.HW_ID)): pts for get, pts in energy_series}
+    energy: dict[tuple, list] = defaultdict(list)   # a GPU's series split where its labels change (a new owner)
+    for get, pts in energy_series:
+        energy[(get(N.HOST), get(N.HW_ID))] += pts
     seen: dict[tuple, tuple] = {}
     for get, _ in [*gpu_series, *energy_series]:
         key = (get(N.HOST), get(N.HW_ID))
         seen.setdefault(key, (get(N.GPU_INDEX), bool(get(N.MIG_PROFILE) or get(N.HW_PARENT))))
-    gpus = [EN.Gpu(host, uuid, index, sorted(energy.get((host, uuid), [])), mig)
+    gpus = [EN.Gpu(host, uuid, index, sorted(dict(energy.get((host, uuid), [])).items()), mig)
             for (host, uuid), (index, mig) in seen.items()]
     on_gpu: dict[tuple[str, str], set[str]] = defaultdict(set)
     for get, _ in proc_series:
@@ -38,7 +40,8 @@ def _build(gpu_series, energy_series, proc_series, step_series, token_series) ->
     for into, series in ((steps, step_series), (tokens, token_series)):
         for get, pts in series:
             into[_rank_key(get)] += pts
-    ranks = [EN.Rank(h, r, sorted(steps[(h, r)]), sorted(tokens.get((h, r), []))) for h, r in steps]
+    ranks = [EN.Rank(h, r, sorted(dict(steps[(h, r)]).items()), sorted(dict(tokens.get((h, r), [])).items()))
+             for h, r in steps]
     return gpus, ranks, dict(on_gpu)
 
 

@@ -73,7 +73,8 @@ lay.add(timeseries(
 EN_WINDOW = "10m"
 ON_GPU = ('group by (host_name, otelgpu_gpu_index, otelgpu_rank) (otelgpu_gpu_process_memory_usage_bytes'
           '{otelgpu_job=~"$job", host_name=~"$node", otelgpu_rank!=""})')
-ENERGY = f"rate(hw_energy_joules_total{{host_name=~\"$node\"}}[{EN_WINDOW}])"
+# one GPU's counter is split into several series where its labels change (a new owning job): max, not sum
+ENERGY = f"max by (host_name, otelgpu_gpu_index) (rate(hw_energy_joules_total{{host_name=~\"$node\"}}[{EN_WINDOW}]))"
 TOKENS = f"sum by (host_name, otelgpu_rank) (rate(otelgpu_train_tokens_total{{{JOB}}}[{EN_WINDOW}]))"
 lay.add(timeseries(
     "Energy per token, per GPU (J/token)",

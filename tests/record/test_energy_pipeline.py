@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import uuid
 
 import numpy as np
@@ -22,6 +21,7 @@ from otel_gpu.energy_read import from_prometheus, from_recording
 from otel_gpu.promql import PromClient
 from otel_gpu.record.reader import Recording
 from tests.childenv import clean_env
+from tests.servers import wait_until
 
 from .conftest import HERE, REPO, record
 
@@ -64,11 +64,16 @@ def test_joules_per_token_recorded_and_served_agree(victoriametrics, tmp_path):
     summary = r.proc.stdout + r.proc.stderr
     assert f"energy, GPU 0: {row.j_per_step:.3g} J/step, {row.j_per_token:.3g} J/token" in summary, summary
     # PromQL: the same raw samples, the same numbers
-    vm.flush()
-    time.sleep(1.0)
-    vm.flush()
     with PromClient(vm.url) as client:
-        (prow,), pjob = from_prometheus(client.query, f'host_name="{host}"', f'otelgpu_job="{job}"', lo, hi)
+        def landed():   # every sample the recording holds is queryable (the last token and energy ones)
+            vm.flush()
+            wanted = {f'otelgpu_train_tokens_total{{otelgpu_job="{job}"}}[5m]': hi,
+                      f'hw_energy_joules_total{{otelgpu_job="{job}"}}[5m]': last_read}
+            return all(max((p[0] for x in client.query(q, time=max(hi, last_read) + 1) for p in x.points),
+                           default=0.0) >= t - 0.002 for q, t in wanted.items())
+        wait_until(landed, 20, "the run's last samples in VictoriaMetrics", interval=0.5)
+        (prow,), pjob = from_prometheus(client.query, f'host_name="{host}",otelgpu_job="{job}"',
+                                        f'otelgpu_job="{job}"', lo, hi)
         (rrow,), _ = served_window
         for key in ("joules", "steps", "tokens", "j_per_step", "j_per_token"):
             assert getattr(prow, key) == pytest.approx(getattr(rrow, key), rel=1e-3), (key, prow, rrow)   # ms timestamps there
@@ -81,7 +86,8 @@ def test_joules_per_token_recorded_and_served_agree(victoriametrics, tmp_path):
                            {"job": [job], "node": [host], "rank": ["0"]}, {"__rate_interval": "1m"})
         got = {(s.labels.get("host_name"), s.labels.get("otelgpu_gpu_index")): s.value
                for s in client.query(expr, time=last_read)}
-        energy_rate = client.query(f'sum(rate(hw_energy_joules_total{{host_name="{host}"}}[10m]))', time=last_read)
+        energy_rate = client.query(f'max(rate(hw_energy_joules_total{{host_name="{host}", otelgpu_gpu_index="0"}}[10m]))',
+                                   time=last_read)   # as the panel reads a GPU (other runs' series of it included)
         token_rate = client.query(f'sum(rate(otelgpu_train_tokens_total{{otelgpu_job="{job}"}}[10m]))', time=last_read)
     # GPU 0 (listing rank 0's process) over rank 0's tokens: the ratio of the two rates; no node-wide line
     assert set(got) == {(host, "0")} and got[(host, "0")] > 0, got
