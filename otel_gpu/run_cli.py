@@ -63,8 +63,8 @@ def register(sub) -> None:
                         "before killing it and its processes (SIGKILL)")
     p.add_argument("--trace-steps", metavar="A-B", type=flag_type(parse_steps),
                    help="every rank records steps A to B (counted from 1) with the PyTorch profiler into the run's "
-                        "traces/ (else $OTELGPU_TRACE_DIR or ./otel-gpu-traces), analysed at the end as by "
-                        "`otel-gpu trace analyze` (else $OTELGPU_TRACE_STEPS)")
+                        "traces/ (not recording: $OTELGPU_TRACE_DIR, else ./otel-gpu-traces/<job>-<UTC time>/), "
+                        "analysed at the end as by `otel-gpu trace analyze` (else $OTELGPU_TRACE_STEPS)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the training command, after --")
     p.set_defaults(func=run)
 
@@ -183,8 +183,8 @@ def _run(args, latch: children.SignalLatch) -> int:
         env[TRACE_DIR] = str(recorded.directory / "traces")   # captures on request (`otel-gpu trace capture`)
     else:
         env = child_env(base, args.pyroscope, args.no_profile, args.job)
-        if wanted:
-            env[TRACE_DIR] = os.path.abspath(env.get(TRACE_DIR, "").strip() or "otel-gpu-traces")
+        if wanted:   # this run's own folder, unless one is given: the end analyses what is in it
+            env[TRACE_DIR] = os.path.abspath(env.get(TRACE_DIR, "").strip() or _trace_folder(args.job, command))
     agent_log = recorded.directory / "agent.log" if recorded is not None else None
     agent = _start_agent(args.agent_arg, env, agent_log) if start_agent and latch.stopping is None else None
     tracker = children.Tracker()
@@ -232,6 +232,14 @@ def _run(args, latch: children.SignalLatch) -> int:
             warm.join()
         status = _finish_recording(recorded, status, report=not args.no_report and proc is not None)
     return status
+
+
+def _trace_folder(job: str | None, command: list[str]) -> Path:
+    """./otel-gpu-traces/<job>-<UTC time>/: where an unrecorded run's captures go."""
+    import time
+
+    from .record.session import default_job, run_dir
+    return run_dir(Path("otel-gpu-traces"), job or default_job(os.environ, command), time.time())
 
 
 def _traces_at_end(root: Path, wanted: tuple[int, int] | None) -> None:
