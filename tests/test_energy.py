@@ -6,6 +6,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from otel_gpu import energy as EN
+from otel_gpu import names as N
+from otel_gpu.energy_read import _build
 
 
 def counter(rate: float, t0: float = 0.0, t1: float = 60.0, start: float = 0.0):
@@ -84,3 +86,18 @@ def test_increase_is_never_negative_and_equals_the_growth_without_resets(values)
     assert total >= 0 and 0 <= resets < len(values)
     if resets == 0:
         assert total == pytest.approx(values[-1] - values[0], abs=1e-6)
+
+
+def test_a_gpu_counter_split_by_a_label_change_is_one_counter_again():
+    """A GPU's series gets a new label set when a job starts owning it: the points join by (host, UUID)."""
+    def get(**labels):
+        return lambda key, default="": labels.get(key, default)
+    gpu = {N.HOST: "n", N.HW_ID: "u0", N.GPU_INDEX: "0"}
+    energy = stale(300.0)
+    before, after = energy[:25], energy[25:]
+    gpus, ranks, on_gpu = _build([(get(**gpu), [])], [(get(**gpu), before), (get(**gpu, **{N.JOB: "j"}), after)],
+                                 [(get(**gpu, **{N.RANK: "0"}), [])], [(get(**{N.HOST: "n", N.RANK: "0"}), counter(2.0))],
+                                 [(get(**{N.HOST: "n", N.RANK: "0"}), counter(4000.0))])
+    assert [g.energy for g in gpus] == [energy] and on_gpu == {("n", "u0"): {"0"}}
+    (row,), _ = EN.per_gpu(gpus, ranks, on_gpu)
+    assert row.joules == pytest.approx(18000.0) and row.j_per_token == pytest.approx(0.075)

@@ -61,6 +61,8 @@ def test_joules_per_token_recorded_and_served_agree(victoriametrics, tmp_path):
     assert row.basis == "the ranks whose processes this GPU lists"
     # a fake H100 at its load draws ~100-700 W; 512 tokens a ~40 ms step: about 13,000 tokens/s
     assert 100 / 13000 / 2 < row.j_per_token < 700 / 13000 * 2, row
+    page = (r.directory / "report.html").read_text()
+    assert '<table id="energy">' in page and f"{row.j_per_token:.3g} J/token" in page
     summary = r.proc.stdout + r.proc.stderr
     assert f"energy, GPU 0: {row.j_per_step:.3g} J/step, {row.j_per_token:.3g} J/token" in summary, summary
     # PromQL: the same raw samples, the same numbers
