@@ -22,7 +22,7 @@ from .conftest import HERE, record
 import sys
 
 pytestmark = pytest.mark.slow
-STEPS = 60
+STEPS = 40
 
 
 def test_recorded_and_prometheus_mfu_agree_on_a_fake_h100(victoriametrics, tmp_path):
