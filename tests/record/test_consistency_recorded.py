@@ -45,8 +45,8 @@ def test_diagnose_on_a_recording_names_the_odd_gpus(tmp_path, monkeypatch):
     run = RecordedRun(tmp_path / "run", "mixed-job", ["mixed-job"], {})
     env = run.child_env({}, profile=False)
     try:
-        run_agent(monkeypatch, env, "node-a", FakeNvml(gpus=NODE_A), 1.6)
-        run_agent(monkeypatch, env, "node-b", FakeNvml(gpus=NODE_B, driver="580.95.05"), 1.6)
+        run_agent(monkeypatch, env, "node-a", FakeNvml(gpus=NODE_A), 1.1)
+        run_agent(monkeypatch, env, "node-b", FakeNvml(gpus=NODE_B, driver="580.95.05"), 1.1)
     finally:
         run.finish(0)
     report = diagnose_recording([run.directory], require_steps=False)
@@ -69,7 +69,7 @@ def test_alike_gpus_on_a_recording_give_no_finding(tmp_path, monkeypatch):
     run = RecordedRun(tmp_path / "run", "alike-job", ["alike-job"], {})
     env = run.child_env({}, profile=False)
     try:
-        run_agent(monkeypatch, env, "node-c", FakeNvml(gpus=[hopper() for _ in range(4)]), 1.2)
+        run_agent(monkeypatch, env, "node-c", FakeNvml(gpus=[hopper() for _ in range(4)]), 0.8)
     finally:
         run.finish(0)
     report = diagnose_recording([run.directory], require_steps=False)

@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import optuna
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 from optuna.trial import TrialState
 from servers import free_port
 
@@ -18,7 +18,7 @@ from otel_gpu.tune.storage import TuneError, open_storage, retire_stale, shown_u
 from .helpers import CLI, REPO, clean_env, copy_base, fake_command
 
 HELD = 1     # this trial runs until its tuner is killed (at most --hold-s)
-TRIALS = 5
+TRIALS = 4
 
 
 def _running(url: str, number: int, timeout: float = 30.0) -> dict:
@@ -136,6 +136,7 @@ def test_the_advisory_lock_excludes_a_second_holder(db):
         other.close()
 
 
+@settings(max_examples=40, deadline=None)
 @given(user=st.text(alphabet=string.ascii_letters, min_size=1, max_size=8),
        password=st.text(alphabet=string.ascii_letters + string.digits + "!$&'()*+,;=-._~", min_size=4, max_size=20),
        host=st.from_regex(r"[a-z][a-z0-9-]{0,10}(\.[a-z]{2,5})?", fullmatch=True))
