@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 torch = pytest.importorskip("torch", reason="torch not installed (pip install 'otel-gpu[train]')")
 
@@ -26,10 +27,12 @@ sys.path.insert(0, str(HERE))
 
 
 @pytest.fixture(scope="module", autouse=True)
-def sharded_job(tmp_path_factory):
+def sharded_job(request, tmp_path_factory):
     """The sharded-model child (sharded_flops_job.py), started when this module starts so that it runs
-    beside the in-process tests; read by the last test."""
-    if importlib.util.find_spec("transformers") is None or importlib.util.find_spec("deepspeed") is None:
+    beside the in-process tests; read by the test that checks it (not started when that one is not run)."""
+    wanted = any(item.name == test_sharded_models_count_whole_weights_and_a_tensor_parallel_share.__name__
+                 for item in request.session.items)
+    if not wanted or importlib.util.find_spec("transformers") is None or importlib.util.find_spec("deepspeed") is None:
         yield None
         return
     from servers import free_port
@@ -202,3 +205,42 @@ def test_sharded_models_count_whole_weights_and_a_tensor_parallel_share(sharded_
     assert z["shape"]["trained"] == out["zero3_whole"]["trained"] > 0 and z["empty_shards"]
     assert z["tokens"] == z["truth_tokens"]
     assert z["flops"] == pytest.approx(z["truth_flops"], rel=0.03)
+
+
+@given(st.data())
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_any_frozen_pattern_matches_flop_counter_mode(gpt2, data):
+    """Whatever subset of a GPT-2's parameters trains (weights, biases, norms, embeddings), the formula
+    equals FlopCounterMode's count of a forward and backward (exactly: 60 random subsets were, by hand)."""
+    names_ = [n for n, _ in gpt2.named_parameters()]
+    trained = set(data.draw(st.lists(st.sampled_from(names_), min_size=1, max_size=6)))
+    for name, p in gpt2.named_parameters():
+        p.requires_grad_(name in trained)
+        p.grad = None
+    ids = torch.randint(0, 256, (1, 16))
+    with FlopCounterMode(display=False) as counter:
+        gpt2(input_ids=ids, labels=ids).loss.backward()
+    shape = flops.model_shape(gpt2)
+    assert flops.model_flops(shape, 16, 16 * 16) == pytest.approx(counter.get_total_flops(), rel=1e-9), trained
+
+
+class _ParallelState:
+    """What Megatron's parallel_state answers on a rank of a 2-way tensor-parallel group."""
+
+    @staticmethod
+    def get_tensor_model_parallel_world_size():
+        return 2
+
+
+def test_megatron_style_local_weights_count_this_ranks_share(monkeypatch):
+    """Megatron keeps only this rank's slice of a tensor-parallel weight (marked tensor_model_parallel):
+    its local size is the share; the attention term is divided by the tensor-parallel degree."""
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96), torch.nn.Linear(96, 64))   # 2-way column/row slices
+    for p in model.parameters():
+        p.tensor_model_parallel = True
+    model.config = type("Config", (), {"num_hidden_layers": 1, "hidden_size": 64})()
+    alone = flops.model_shape(model)
+    monkeypatch.setitem(sys.modules, "megatron.core.parallel_state", _ParallelState)
+    shape = flops.model_shape(model)
+    assert alone.tp == 1 and shape.tp == 2 and shape.trained == alone.trained == 2 * 64 * 96
+    assert flops.attention_per_position(shape) == flops.attention_per_position(alone) / 2
