@@ -18,9 +18,10 @@ Where a number cannot be had, its reason says why ("not checked: ...").
 """
 from __future__ import annotations
 
-import bisect
 import math
 from dataclasses import dataclass, field
+
+import numpy as np
 
 Points = list[tuple[float, float]]   # (unix s, value), time order
 NO_GPU = "not checked: no GPU readings (no node agent ran, or no NVIDIA GPU)"
@@ -102,19 +103,14 @@ def at(points: Points, t: float) -> float | None:
     between two points (a restarted process) makes the later value count from zero."""
     if not points or t < points[0][0] or t > points[-1][0]:
         return None
-    times = [p[0] for p in points]
-    i = bisect.bisect_left(times, t)
-    if times[i] == t:
-        return _rebased(points, i)
-    (t0, _), (t1, _) = points[i - 1], points[i]
-    v0, v1 = _rebased(points, i - 1), _rebased(points, i)
-    return v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return float(np.interp(t, *_cumulative(points)))
 
 
-def _rebased(points: Points, i: int) -> float:
-    """The counter's value at point i with every earlier reset undone (a monotonic total)."""
-    value, _ = increase([v for _, v in points[:i + 1]])
-    return points[0][1] + value
+def _cumulative(points: Points) -> tuple[np.ndarray, np.ndarray]:
+    """(times, the counter with every reset undone): a monotonic total to interpolate."""
+    times, values = np.asarray(points, dtype=float).reshape(-1, 2).T
+    step = np.diff(values)
+    return times, values[0] + np.concatenate(([0.0], np.cumsum(np.where(step >= 0, step, values[1:]))))
 
 
 def _span(series: list[Points]) -> tuple[float, float] | None:
@@ -125,9 +121,10 @@ def _span(series: list[Points]) -> tuple[float, float] | None:
     return (lo, hi) if hi > lo else None
 
 
-def _delta(points: Points, a: float, b: float) -> float:
-    va, vb = at(points, a), at(points, b)
-    return max(0.0, (vb or 0.0) - (va or 0.0))
+def _delta(counter: tuple[np.ndarray, np.ndarray], a: float, b: float) -> float:
+    """A counter's growth from `a` to `b` (both inside its points), from `_cumulative`."""
+    grown = np.interp([a, b], *counter)
+    return max(0.0, float(grown[1] - grown[0]))
 
 
 def _group(label: str, gpus: list[Gpu], ranks: list[Rank], lo: float | None, hi: float | None,
@@ -144,6 +141,8 @@ def _group(label: str, gpus: list[Gpu], ranks: list[Rank], lo: float | None, hi:
     span = _span([r.steps for r in ranks] + [r.tokens for r in ranks if r.tokens])
     if span is not None:
         span = (max(span[0], lo if lo is not None else -math.inf), min(span[1], hi if hi is not None else math.inf))
+    steps_of = [_cumulative(r.steps) for r in ranks]
+    tokens_of = [_cumulative(r.tokens) for r in ranks if r.tokens]
     joules = seconds = per_step = per_token = tokens_sum = steps_sum = 0.0
     resets = 0
     for g in gpus:
@@ -152,8 +151,8 @@ def _group(label: str, gpus: list[Gpu], ranks: list[Rank], lo: float | None, hi:
             return Energy(**base, why_step=FEW_READS, why_token=FEW_READS)
         e, n = increase([v for _, v in rs])
         a, b = rs[0][0], rs[-1][0]
-        steps = sum(_delta(r.steps, a, b) for r in ranks) / len(ranks)
-        tokens = sum(_delta(r.tokens, a, b) for r in ranks if r.tokens)
+        steps = sum(_delta(c, a, b) for c in steps_of) / len(ranks)
+        tokens = sum(_delta(c, a, b) for c in tokens_of)
         joules, seconds, resets = joules + e, seconds + (b - a), resets + n
         steps_sum, tokens_sum = steps_sum + steps, tokens_sum + tokens
         per_step = per_step + e / steps if steps > 0 and per_step is not None else None
