@@ -236,7 +236,8 @@ class Progress:
         self.console.print(
             f"[bold]trial {r.number}[/] [{done}/{total}] [{colour}]{r.status}[/] "
             f"step {fmt_seconds(r.step_time_s)} {change} | "
-            f"best {fmt_seconds(best[0]) + f' (trial {best[1]})' if best else '-'} | "
+            f"{'best' if self.tuner.s.objectives == ('step_time',) else 'fastest'} "   # best: by --objective
+            f"{fmt_seconds(best[0]) + f' (trial {best[1]})' if best else '-'} | "
             f"wall {r.seconds:.1f} s | left ~{_duration(left)}"
             + (f"\n    {markup(r.reason)}" if r.status not in ("ok",) else ""), highlight=False)
 
