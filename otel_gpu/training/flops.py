@@ -28,6 +28,7 @@ with `torch.utils.flop_counter.FlopCounterMode` instead (flops_measure.py).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 
 BASIS_ATTENTION = "6N+attention"   # 6N (4N frozen) per token + 12*L*d*T, padding excluded
@@ -127,13 +128,12 @@ def _entries(model):
             lookup = isinstance(info.module, nn.Embedding)
             by_module.setdefault(id(info.module), []).append((0 if lookup else int(n), len(shape) >= 2, trained, 1))
     fsdp2 = set()
-    try:
-        from torch.distributed.fsdp import FSDPModule
+    fsdp = sys.modules.get("torch.distributed.fsdp")   # loaded where FSDP2 is used; never imported here
+    fsdp_module = getattr(fsdp, "FSDPModule", None)
+    if fsdp_module is not None:
         for m in model.modules():
-            if isinstance(m, FSDPModule):
+            if isinstance(m, fsdp_module):
                 fsdp2.update(id(p) for p in m.parameters())
-    except ImportError:
-        pass
     seen: set[int] = set()
     for m in model.modules():
         rows = list(by_module.get(id(m), []))
@@ -192,8 +192,6 @@ def _blocks(model, layers: int):
 
 def _megatron_tp() -> int:
     """Megatron's tensor-parallel degree where Megatron is loaded and initialised, else 1."""
-    import sys
-
     ps = sys.modules.get("megatron.core.parallel_state")
     try:
         return int(ps.get_tensor_model_parallel_world_size()) if ps is not None else 1
