@@ -103,3 +103,19 @@ def test_objective_flag_gives_known_names_or_one_line_exit_2(raw):
             return
     assert args.objective and set(args.objective) <= set(SC.OBJECTIVES) and len(set(args.objective)) == len(args.objective)
     assert args.objective == tuple(p.strip() for p in raw.split(","))
+
+
+def test_work_evidence_numbers_and_reasons():
+    from otel_gpu.energy import Energy, NO_GPU
+    from otel_gpu.tune.work_evidence import NO_FLOPS, NO_GPUS, NO_TOKENS, combine
+    joined = Energy("job", ("0",), ("0",), joules=600.0, seconds=10.0, steps=20.0, tokens=6000.0,
+                    j_per_step=30.0, j_per_token=0.1)
+    ev = combine(tokens=6000.0, flops=4e14, gpus=2, energy=joined, seconds=10.0)
+    assert ev["tokens_per_s"] == 600.0 and ev["tflops_per_gpu"] == pytest.approx(20.0)
+    assert (ev["joules_per_step"], ev["joules_per_token"], ev["not_checked"]) == (30.0, 0.1, {})
+    none = Energy("job", (), (), why_step=NO_GPU, why_token=NO_GPU)
+    ev = combine(tokens=None, flops=4e14, gpus=0, energy=none, seconds=10.0)
+    assert ev["tokens_per_s"] is ev["tflops_per_gpu"] is ev["joules_per_token"] is None
+    assert ev["not_checked"] == {"tokens_per_s": NO_TOKENS, "tflops_per_gpu": NO_GPUS,
+                                 "joules_per_step": NO_GPU, "joules_per_token": NO_GPU}
+    assert combine(6000.0, None, 2, joined, 10.0)["not_checked"] == {"tflops_per_gpu": NO_FLOPS}
