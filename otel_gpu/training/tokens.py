@@ -11,11 +11,13 @@ is not on the CPU is never read (reading it would wait for the GPU): that batch 
 counted. Nothing here synchronises with a device or changes the batch.
 
 Cost (bench/bench_tokens.py): the mask is summed by numpy's add.reduce over a view of the tensor's
-own memory (no copy, no torch dispatch); a plain dict batch skips the Mapping ABC check.
+own memory (no copy, no torch dispatch); a plain dict or a `BatchEncoding` (a UserDict: its dict is
+read directly) skips the Mapping ABC check.
 """
 from __future__ import annotations
 
 import functools
+from collections import UserDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -67,8 +69,8 @@ def _countable() -> frozenset:
 def batch_tokens(batch: Any) -> tuple[int, int] | None:
     """(non-padding tokens, sequence length) of one batch, or None when it holds no tokens that can be
     counted without a device read (no token ids, a mask on a GPU, a mask that is not 2-D 0/1)."""
-    if type(batch) is dict:
-        mask = _fast_mask(batch)
+    if type(batch) is dict or isinstance(batch, UserDict):   # UserDict: a tokenizer's BatchEncoding
+        mask = _fast_mask(batch if type(batch) is dict else batch.data)
         if mask is not None:
             return int(_sum(mask.numpy(), axis=None)), mask.shape[1]
     ids, mask = _parts(batch)
