@@ -103,6 +103,8 @@ def summarise(times: tuple[list[float], list[float]], a: int, b: int) -> dict:
     outside = [n for n in wall if not a - 1 <= n <= b + 1]
     return {"outside_ms": 1000 * statistics.median(wall[n] for n in outside),
             "outside_cpu_ms": 1000 * statistics.median(cpu[n] for n in outside),
+            "before_cpu_ms": 1000 * statistics.median(cpu[n] for n in outside if n < a),
+            "after_cpu_ms": 1000 * statistics.median(cpu[n] for n in outside if n > b),
             "captured_ms": 1000 * statistics.median(wall[n] for n in wall if a <= n <= b),
             "slowest_ms": 1000 * max(wall[n] for n in wall if a - 1 <= n <= b + 1)}
 
@@ -127,7 +129,8 @@ def main() -> int:
             s = summarise(one_run(args.steps, capture, args.ranks, 29500 + 2 * r + (capture is not None)), a, b)
             bucket.append(s)
             print(f"round {r + 1} {'with' if capture else 'without'} --trace-steps {args.capture}: median step outside "
-                  f"{a - 1}-{b + 1} {s['outside_ms']:.2f} ms (CPU {s['outside_cpu_ms']:.2f} ms); steps {a}-{b} {s['captured_ms']:.2f} ms; "
+                  f"{a - 1}-{b + 1} {s['outside_ms']:.2f} ms (CPU {s['outside_cpu_ms']:.2f} ms: {s['before_cpu_ms']:.2f} before, "
+                  f"{s['after_cpu_ms']:.2f} after); steps {a}-{b} {s['captured_ms']:.2f} ms; "
                   f"slowest of {a - 1}-{b + 1} {s['slowest_ms']:.2f} ms", flush=True)
     ratios = [w["outside_ms"] / o["outside_ms"] for w, o in zip(with_, without)]
     cpu = [w["outside_cpu_ms"] / o["outside_cpu_ms"] for w, o in zip(with_, without)]
