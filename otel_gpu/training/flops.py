@@ -123,10 +123,17 @@ def _entries(model):
         skip.add(id(flat))
         originals = getattr(flat, "_params", None) or []
         skip.update(id(p) for p in originals)
+        rows = {}
         for i, (info, n, shape) in enumerate(zip(flat._param_infos, flat._numels, flat._shapes)):
             trained = originals[i].requires_grad if i < len(originals) else flat.requires_grad
+            rows[(id(info.module), info.param_name)] = (int(n), len(shape) >= 2, trained, 1)
             lookup = isinstance(info.module, nn.Embedding)
             by_module.setdefault(id(info.module), []).append((0 if lookup else int(n), len(shape) >= 2, trained, 1))
+        for shared in getattr(flat, "_shared_param_infos", None) or ():   # a head tied to an embedding
+            row = rows.get((id(shared.prim_module), shared.prim_param_name))
+            if row is not None and isinstance(shared.prim_module, nn.Embedding) \
+                    and not isinstance(shared.module, nn.Embedding):
+                by_module.setdefault(id(shared.module), []).append(row)
     fsdp2 = set()
     fsdp = sys.modules.get("torch.distributed.fsdp")   # loaded where FSDP2 is used; never imported here
     fsdp_module = getattr(fsdp, "FSDPModule", None)

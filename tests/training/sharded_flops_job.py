@@ -42,6 +42,7 @@ def sharded() -> dict:
     cpu = torch.device("cpu")
     out["fsdp1"] = shape(FullyShardedDataParallel(llama(), device_id=cpu))
     out["fsdp1_orig_params"] = shape(FullyShardedDataParallel(llama(), device_id=cpu, use_orig_params=True))
+    out["gpt2_whole"], out["gpt2_fsdp1"] = shape(gpt2()), shape(FullyShardedDataParallel(gpt2(), device_id=cpu))
     model = llama()
     for layer in model.model.layers:
         fully_shard(layer, mesh=init_device_mesh("cpu", (2,)))

@@ -199,6 +199,7 @@ def test_sharded_models_count_whole_weights_and_a_tensor_parallel_share(sharded_
     whole = out["whole"]
     for name in ("fsdp1", "fsdp1_orig_params", "fsdp2"):
         assert out[name] == whole, name          # every rank runs the whole model on its own batch
+    assert out["gpt2_fsdp1"] == out["gpt2_whole"]   # GPT-2's head, tied to its embedding, counted once
     tp = out["tp"]                               # the attention and MLP matrices split in two, the head whole
     assert tp["tp"] == 2 and tp["trained"] == (whole["trained"] - out["head"]) // 2 + out["head"]
     z = out["zero3"]
