@@ -81,6 +81,7 @@ class Meter:
         self._before_s: float | None = None    # the unmeasured batch's interval
         self._measuring_samples = 0
         self._pending = 0                      # samples of the latest batch, counted at the next fetch or end
+        self.failed = ""                       # why the measurement failed, if it did
 
     def fetched(self, batch: Any) -> None:
         """A training batch was fetched (None: the loader ended)."""
@@ -93,8 +94,11 @@ class Meter:
         n = self._pending = batch_samples(batch)
         self._batches += 1
         self._opened = now
-        if self._batches == MEASURED_BATCH and n and self.per_sample is None:
-            self._start(n)
+        if self._batches == MEASURED_BATCH and n and self.per_sample is None and not self.failed:
+            try:
+                self._start(n)
+            except Exception as exc:  # never let our bug reach the training loop: the formula stays
+                self._fail(exc)
 
     def boundary(self, now: float | None = None) -> None:
         """The batch fetched last has been trained on (an optimizer step ended, or the next fetch)."""
@@ -103,7 +107,10 @@ class Meter:
         now = self.clock() if now is None else now
         seconds, self._opened = now - self._opened, None
         if self._mode is not None:
-            self._finish(seconds)
+            try:
+                self._finish(seconds)
+            except Exception as exc:  # never let our bug reach the training loop: the formula stays
+                self._fail(exc)
         elif self.per_sample is None:
             self._before_s = seconds
 
@@ -127,11 +134,9 @@ class Meter:
                     "basis: %s", total, self._measuring_samples, self.per_sample, self.cost_s, seconds,
                     shown_before, BASIS_TEXT[BASIS_MEASURED])
 
-    def close(self) -> None:
-        """Leave the mode if a measurement is still open (the program stopped mid-batch)."""
-        if self._mode is not None:
-            mode, self._mode = self._mode, None
-            mode.__exit__(None, None, None)
+    def _fail(self, exc: BaseException) -> None:
+        self._mode, self.per_sample, self.failed = None, None, repr(exc)
+        log.warning("otel-gpu: model FLOPs not measured (the formula is used where it fits): %r", exc)
 
     def flops(self) -> float | None:
         """Model FLOPs of the training batches fetched so far; None before the measurement."""

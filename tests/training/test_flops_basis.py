@@ -245,3 +245,21 @@ def test_megatron_style_local_weights_count_this_ranks_share(monkeypatch):
     shape = flops.model_shape(model)
     assert alone.tp == 1 and shape.tp == 2 and shape.trained == alone.trained == 2 * 64 * 96
     assert flops.attention_per_position(shape) == flops.attention_per_position(alone) / 2
+
+
+def test_a_failed_measurement_leaves_the_formula_and_the_loop_alone(monkeypatch, caplog):
+    """FlopCounterMode refusing to start (here: a stand-in that raises) is one warning; the meter then
+    gives no figure (the formula is used where it fits) and later batches go on."""
+    from torch.utils import flop_counter
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no dispatch modes here")
+
+    monkeypatch.setattr(flop_counter, "FlopCounterMode", refuse)
+    m, x = flops_measure.Meter(), torch.ones(2, 3)
+    with caplog.at_level(logging.WARNING, logger="otel_gpu.training"):
+        for _ in range(5):
+            m.fetched(x)
+            m.boundary()
+    assert m.flops() is None and "no dispatch modes here" in m.failed and m.samples == 8
+    assert any("model FLOPs not measured" in r.getMessage() for r in caplog.records)
