@@ -36,7 +36,7 @@ MAX_SPAN = 500                        # steps in one capture at most (a trace gr
 REQUEST_MAX = 4096                    # bytes read of a request
 STATUS_MAX = 65536                    # bytes read of a rank's status
 MAX_RANK_FILES = 16384                # status files looked at in one folder
-_STEPS = re.compile(r"\s*(\d{1,10})\s*(?:-\s*(\d{1,10})\s*)?", re.ASCII)
+_STEPS = re.compile(r"(\d{1,10})(?:[ \t]*-[ \t]*(\d{1,10}))?", re.ASCII)
 _ID = re.compile(r"[0-9a-f]{1,32}", re.ASCII)
 CAPTURE_DIR = re.compile(r"steps-(\d{1,10})-(\d{1,10})", re.ASCII)
 
@@ -49,7 +49,7 @@ FINAL = (WRITTEN, MISSED, FAILED, ENDED)   # what a capture ends as on a rank
 def parse_steps(raw: str, what: str = TRACE_STEPS) -> tuple[int, int]:
     """`A-B` (or `A`: one step) -> (A, B): steps counted from 1, A <= B, at most MAX_SPAN steps (pure);
     ConfigError with one line otherwise."""
-    m = _STEPS.fullmatch(str(raw))
+    m = _STEPS.fullmatch(str(raw).strip())
     if m is None:
         raise ConfigError(f"{what}={raw!r}: expected steps A-B (e.g. 5-6), counted from 1")
     a = int(m.group(1))

@@ -31,7 +31,8 @@ def _expected(raw: str):
     parts = raw.strip().split("-")
     if len(parts) == 1:
         parts = parts * 2
-    if len(parts) != 2 or not all(p.strip().isascii() and p.strip().isdigit() and len(p.strip()) <= 10 for p in parts):
+    parts = [p.strip(" \t") for p in parts]
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 10 for p in parts):
         return None
     a, b = (int(p) for p in parts)
     if not (1 <= a <= b <= cf.MAX_STEP) or b - a + 1 > cf.MAX_SPAN:
