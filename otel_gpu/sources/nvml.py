@@ -294,6 +294,7 @@ class NvmlSource:
         m = self._call(dev, "memory", "nvmlDeviceGetMemoryInfo", dev.handle)
         if m is SKIP:
             return []
+        dev.memory_total = m.total
         return [new_reading(Reading, (N.GPU_MEMORY_USAGE, float(m.used), dev.attrs)),
                 new_reading(Reading, (N.GPU_MEMORY_LIMIT, float(m.total), dev.attrs))]
 
@@ -409,7 +410,8 @@ class NvmlSource:
 
     def _alike(self) -> dict:
         """doctor: are this node's GPUs alike, and each job's (where the GPU processes name one)? Model, memory,
-        maximum PCIe generation (the current one drops while idle), current PCIe width and maximum SM clock."""
+        maximum PCIe generation (the current one drops while idle), current PCIe width and maximum SM clock,
+        as last read (no NVML call of its own: a describe() is not a read)."""
         from ..diagnose.consistency import unlike
         from ..diagnose.model import GpuStats
 
@@ -417,17 +419,12 @@ class NvmlSource:
         for d in self.devices:
             if d.failed or not d.probed:
                 continue
-            try:
-                m = self._call(d, "memory", "nvmlDeviceGetMemoryInfo", d.handle)
-                gen = self._call(d, "pcie_link", "nvmlDeviceGetMaxPcieLinkGeneration", d.handle)
-                width = self._call(d, "pcie_link", "nvmlDeviceGetCurrPcieLinkWidth", d.handle)
-                clock = self._call(d, "clock_max", "nvmlDeviceGetMaxClockInfo", d.handle, self._nvml.NVML_CLOCK_SM)
-            except DeviceLost:
-                continue
+            last = {(r.spec.name, r.attributes.get(N.CLOCK_DOMAIN, "sm")): r.value for r in (d.slow or (0, []))[1]}
             g = GpuStats(host=host, gpu=str(d.index), uuid=d.uuid, model=d.name,
-                         mem_limit_b=None if m is SKIP else float(m.total), pcie_gen=None if gen is SKIP else gen,
-                         pcie_width=None if width is SKIP else width,
-                         sm_clock_limit_hz=None if clock is SKIP else clock * 1e6)
+                         mem_limit_b=float(d.memory_total) if d.memory_total else None,
+                         pcie_gen=last.get((N.GPU_PCIE_LINK_GENERATION_MAX.name, "sm")),
+                         pcie_width=last.get((N.GPU_PCIE_LINK_WIDTH.name, "sm")),
+                         sm_clock_limit_hz=last.get((N.GPU_CLOCK_LIMIT.name, "sm")))
             stats.append(g)
             if d.labels.owner:
                 jobs.setdefault(", ".join(f"{k}={v}" for k, v in d.labels.owner), []).append(g)

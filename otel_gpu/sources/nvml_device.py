@@ -92,6 +92,7 @@ class Device:
         self.costly: dict[str, SlowField] = {}     # costly fields, read apart from the sampling round
         self.lost_pending: str | None = None       # lost, as found by a background read
         self.slow: tuple[float, list[Reading]] | None = None   # (read at, readings) of the rarely changing fields
+        self.memory_total: float | None = None   # bytes, as last read (doctor's consistency check)
         self.by_mask: dict[int, list[Reading]] = {}   # clock-event mask -> its readings
         self.status: dict[int, tuple[Reading, Reading]] = {}   # 1 ok / 0 failed -> its hw.status readings
         self.proc_attrs: dict[tuple, dict[str, str]] = {}   # (pid, (exe, rank, owner)) -> its readings' attributes
