@@ -1,8 +1,9 @@
 """The FLOPs basis of sharded models, printed as JSON for test_flops_basis.py.
 
 First, on a fake 2-rank process group (no data moves; shapes only): a tiny LLaMA from an HF config
-whole, under FSDP1 (flat parameters, use_orig_params off and on), FSDP2 (DTensor) and tensor
-parallelism (DTensor, q/k/v/gate/up by column, o/down by row). Then a real 1-rank ZeRO-3 job (gloo)
+whole, under FSDP1 (flat parameters, use_orig_params off and on), FSDP2 (DTensor), tensor
+parallelism (DTensor, q/k/v/gate/up by column, o/down by row) and both (FSDP2 over "dp", tensor
+parallelism over "tp" of a 2 x 2 mesh on 4 fake ranks). Then a real 1-rank ZeRO-3 job (gloo)
 over a GPT-2 from an HF config with padded batches under a live otel-gpu session: the tokens and
 FLOPs it counted beside the job's own mask sums and FlopCounterMode's count of the same steps.
 """
@@ -35,7 +36,7 @@ def shape(model):
 def sharded() -> dict:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import parallelize_module
 
     dist.init_process_group("fake", rank=0, world_size=2, store=FakeStore())
     out = {"whole": shape(llama()), "head": llama().lm_head.weight.numel()}
@@ -47,14 +48,27 @@ def sharded() -> dict:
     for layer in model.model.layers:
         fully_shard(layer, mesh=init_device_mesh("cpu", (2,)))
     out["fsdp2"] = shape(fully_shard(model, mesh=init_device_mesh("cpu", (2,))))
-    model = llama()
-    plan = {f"model.layers.{i}.{m}": style for i in range(2) for m, style in (
+    out["tp"] = shape(parallelize_module(llama(), init_device_mesh("cpu", (2,), mesh_dim_names=("tp",)), tp_plan()))
+    dist.destroy_process_group()
+    # 2-D: FSDP2 over "dp" on top of tensor parallelism over "tp", 4 fake ranks
+    dist.init_process_group("fake", rank=0, world_size=4, store=FakeStore())
+    mesh, model = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp")), llama()
+    parallelize_module(model, mesh["tp"], tp_plan())
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh["dp"])
+    out["fsdp2_tp"] = shape(fully_shard(model, mesh=mesh["dp"]))
+    dist.destroy_process_group()
+    return out
+
+
+def tp_plan() -> dict:
+    """Megatron's split of a LLaMA layer: q/k/v/gate/up by column, o/down by row."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
+    return {f"model.layers.{i}.{m}": style for i in range(2) for m, style in (
         ("self_attn.q_proj", ColwiseParallel()), ("self_attn.k_proj", ColwiseParallel()),
         ("self_attn.v_proj", ColwiseParallel()), ("self_attn.o_proj", RowwiseParallel()),
         ("mlp.gate_proj", ColwiseParallel()), ("mlp.up_proj", ColwiseParallel()), ("mlp.down_proj", RowwiseParallel()))}
-    out["tp"] = shape(parallelize_module(model, init_device_mesh("cpu", (2,), mesh_dim_names=("tp",)), plan))
-    dist.destroy_process_group()
-    return out
 
 
 SEQ, BATCH = 16, 4

@@ -202,6 +202,7 @@ def test_sharded_models_count_whole_weights_and_a_tensor_parallel_share(sharded_
     assert out["gpt2_fsdp1"] == out["gpt2_whole"]   # GPT-2's head, tied to its embedding, counted once
     tp = out["tp"]                               # the attention and MLP matrices split in two, the head whole
     assert tp["tp"] == 2 and tp["trained"] == (whole["trained"] - out["head"]) // 2 + out["head"]
+    assert out["fsdp2_tp"] == tp                 # FSDP2 on top keeps the tensor-parallel share
     z = out["zero3"]
     assert z["shape"]["trained"] == out["zero3_whole"]["trained"] > 0 and z["empty_shards"]
     assert z["tokens"] == z["truth_tokens"]
