@@ -176,8 +176,17 @@ def test_the_meter_measures_the_second_batch_and_counts_batches_once_trained():
     assert flops_measure.batch_samples({}) == 0 and flops_measure.batch_samples([{"a": torch.ones(6)}]) == 6
 
 
-def test_the_setting_is_checked_before_a_run():
+def test_the_setting_is_checked_before_a_run_and_read_by_the_session(monkeypatch):
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
     from otel_gpu.settings_check import RANK_VARIABLES
+    from otel_gpu.training import session
+
+    for value, meter in (("measure", True), ("formula", False)):
+        monkeypatch.setenv(flops_measure.SETTING, value)
+        s = session.Session({}, readers=[InMemoryMetricReader()], profile=False, host="h")
+        assert (s.sink.flops_meter is not None) == meter
+        s.shutdown(1.0)
 
     assert RANK_VARIABLES[flops_measure.SETTING]("measure", flops_measure.SETTING) == flops_measure.MEASURE
     for word in flops_measure.CHOICES:
