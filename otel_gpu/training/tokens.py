@@ -10,8 +10,8 @@ and collators make it; without a mask, every id of `input_ids` (its shape only).
 is not on the CPU is never read (reading it would wait for the GPU): that batch is not
 counted. Nothing here synchronises with a device or changes the batch.
 
-Cost (bench/bench_tokens.py): the mask is summed by numpy's add.reduce over a view of the tensor's
-own memory (no copy, no torch dispatch); a plain dict or a `BatchEncoding` (a UserDict: its dict is
+Cost (bench/bench_tokens.py): the mask is summed by numpy (count_nonzero for small masks, add.reduce
+for large ones) over a view of the tensor's own memory (no copy, no torch dispatch); a plain dict or a `BatchEncoding` (a UserDict: its dict is
 read directly) skips the Mapping ABC check.
 """
 from __future__ import annotations
@@ -26,6 +26,13 @@ import numpy as np
 MASK = "attention_mask"
 IDS = "input_ids"
 _sum = np.add.reduce   # the ufunc itself: ndarray.sum's Python wrapper costs ~1 us a call
+SMALL = 4096           # elements: below, count_nonzero's smaller fixed cost wins (0.64 vs 1.18 us at 2048)
+
+
+def _mask_sum(mask) -> int:
+    """Sum of a 0/1 host mask (= its non-zero count), the cheaper numpy way for its size."""
+    a = mask.numpy()
+    return int(np.count_nonzero(a)) if a.size <= SMALL else int(_sum(a, axis=None))
 
 
 def _is_int_tensor(x: Any, dims: int = 2) -> bool:
@@ -72,12 +79,12 @@ def batch_tokens(batch: Any) -> tuple[int, int] | None:
     if type(batch) is dict or isinstance(batch, UserDict):   # UserDict: a tokenizer's BatchEncoding
         mask = _fast_mask(batch if type(batch) is dict else batch.data)
         if mask is not None:
-            return int(_sum(mask.numpy(), axis=None)), mask.shape[1]
+            return _mask_sum(mask), mask.shape[1]
     ids, mask = _parts(batch)
     if mask is not None:
         if not _is_int_tensor(mask) or not getattr(mask, "is_cpu", False):
             return None
-        return int(_sum(mask.numpy(), axis=None)), int(mask.shape[-1])
+        return _mask_sum(mask), int(mask.shape[-1])
     if ids is None:
         return None
     return int(ids.numel()), int(ids.shape[-1])

@@ -273,3 +273,15 @@ def test_a_failed_measurement_leaves_the_formula_and_the_loop_alone(monkeypatch,
             m.boundary()
     assert m.flops() is None and "no dispatch modes here" in m.failed and m.samples == 8
     assert any("model FLOPs not measured" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("width", [512, 1024, 1025, 4096])
+def test_masks_either_side_of_the_small_mask_path_count_the_same(width):
+    """Masks up to tokens.SMALL elements are counted by count_nonzero, larger ones by add.reduce."""
+    from otel_gpu.training import tokens
+
+    g = torch.Generator().manual_seed(width)
+    mask = (torch.arange(width) < torch.randint(0, width + 1, (4, 1), generator=g)).long()
+    assert (mask.numel() <= tokens.SMALL) == (width <= 1024)
+    for m in (mask, mask.bool(), mask.int()):
+        assert tokens.batch_tokens({"input_ids": mask, "attention_mask": m}) == (int(mask.sum()), width)
