@@ -225,12 +225,13 @@ def _run(args, latch: children.SignalLatch) -> int:
         _end_leftovers(tracker, agent, args.grace)
         _stop(agent)
     status = exit_status(returncode)
-    if proc is not None and (recorded is not None or wanted):   # the captures analysed, before the report
-        _traces_at_end(Path(env[TRACE_DIR]), wanted)
+    traces = (lambda: _traces_at_end(Path(env[TRACE_DIR]), wanted)) if proc is not None else None
+    if recorded is None and traces is not None and wanted:
+        traces()
     if recorded is not None:
         if warm is not None:
             warm.join()
-        status = _finish_recording(recorded, status, report=not args.no_report and proc is not None)
+        status = _finish_recording(recorded, status, report=not args.no_report and proc is not None, traces=traces)
     return status
 
 
@@ -317,8 +318,9 @@ def _start_recording(args, command: list[str]):
     return RecordedRun(directory, job, command, os.environ, args.pyroscope)
 
 
-def _finish_recording(recorded, status: int, report: bool) -> int:
-    """Close the store; then write the report and print the summary (a failure there is one line).
+def _finish_recording(recorded, status: int, report: bool, traces=None) -> int:
+    """Close the store; analyse the profiler captures (`traces()`); then write the report and print the
+    summary (a failure there is one line).
     Returns the run's status: the command's, or 1 for a command that succeeded while the
     recording's disk filled up (one line saying so; no report then)."""
     from .record.session import RecordingDiskFull, relative
@@ -330,6 +332,8 @@ def _finish_recording(recorded, status: int, report: bool) -> int:
         return status or 1
     for line in recorded.forward_notes():   # a server the data went on to failed: one line each, what and why
         print(f"otel-gpu run: {line}", file=sys.stderr, flush=True)
+    if traces is not None:   # the captures analysed (the receivers' threads gone: its readers may fork), before the report
+        traces()
     if not report:
         print(f"otel-gpu run: recorded {relative(recorded.directory)}", file=sys.stderr)
         return status

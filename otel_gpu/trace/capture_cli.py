@@ -5,7 +5,8 @@ The job runs under `otel-gpu run --record` (its ranks watch RUN_DIR/traces) or w
 set (pass that folder). The command asks every running rank for its step (a poll request; each rank
 answers at a step boundary, at most once a second), picks a first step S that every rank is still
 before when it sees the capture request (the furthest rank's step now, projected from its step time,
-plus --margin seconds of steps, at least 2), writes the request for steps S..S+K-1, prints where the
+plus the 1 s a rank may take to look and --margin seconds of steps, at least 2), writes the request for
+steps S..S+K-1, prints where the
 traces will be, and waits (--timeout) until every rank has written its trace or said why not.
 Exit 0 when every rank wrote its trace, 1 otherwise (each rank's reason on stderr), 2 on bad input.
 """
@@ -36,9 +37,10 @@ def register(tsub) -> None:
                    help=f"how many steps to capture (1-{cf.MAX_SPAN})")
     c.add_argument("--timeout", type=positive_float(hi=86400.0), default=300.0, metavar="SECONDS",
                    help="give up after this long (default %(default)g s)")
-    c.add_argument("--margin", type=positive_float(hi=3600.0), default=3.0, metavar="SECONDS",
-                   help="steps of this much time between the furthest rank and the first captured step "
-                        "(default %(default)g s; at least 2 steps)")
+    c.add_argument("--margin", type=positive_float(hi=3600.0), default=2.0, metavar="SECONDS",
+                   help="steps of this much time between the furthest rank and the first captured step, beyond "
+                        f"the {cf.CHECK_PERIOD_S:g} s and one step a rank may take to see the request "
+                        "(default %(default)g s)")
     c.set_defaults(func=run_capture)
 
 
@@ -61,8 +63,9 @@ def alive(status: dict, proc: str = "/proc") -> bool:
 
 def choose_start(answers: list[dict], now: float, margin_s: float) -> int:
     """The first step of a capture (pure): past every rank's step projected to `now` from its answer
-    (step, time in unix s, median step seconds, taken as at least MIN_STEP_S), by `margin_s` seconds of
-    the fastest rank's steps, at least MIN_MARGIN steps; never past MAX_STEP."""
+    (step, time in unix s, median step seconds, taken as at least MIN_STEP_S), by CHECK_PERIOD_S +
+    `margin_s` seconds of the fastest rank's steps plus one step (a rank sees the request at its first
+    step boundary a check period after its last look), at least MIN_MARGIN steps; never past MAX_STEP."""
     projected, fastest = 0.0, None
     for a in answers:
         step_s = a.get("step_s")
@@ -72,7 +75,8 @@ def choose_start(answers: list[dict], now: float, margin_s: float) -> int:
             ahead = min(max(0.0, now - a["time"]) / step_s, cf.MAX_STEP)
             fastest = step_s if fastest is None else min(fastest, step_s)
         projected = max(projected, min(a["step"] + ahead, cf.MAX_STEP))
-    margin = MIN_MARGIN if fastest is None else max(MIN_MARGIN, min(math.ceil(margin_s / fastest), cf.MAX_STEP))
+    ahead_s = cf.CHECK_PERIOD_S + margin_s
+    margin = MIN_MARGIN if fastest is None else max(MIN_MARGIN, min(math.ceil(ahead_s / fastest) + 1, cf.MAX_STEP))
     return min(int(projected) + margin + 1, cf.MAX_STEP)
 
 

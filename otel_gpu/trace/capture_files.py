@@ -36,6 +36,7 @@ MAX_SPAN = 500                        # steps in one capture at most (a trace gr
 REQUEST_MAX = 4096                    # bytes read of a request
 STATUS_MAX = 65536                    # bytes read of a rank's status
 MAX_RANK_FILES = 16384                # status files looked at in one folder
+CHECK_PERIOD_S = 1.0                  # a rank looks at the request file no more often than this (at a step boundary)
 _STEPS = re.compile(r"(\d{1,10})(?:[ \t]*-[ \t]*(\d{1,10}))?", re.ASCII)
 _ID = re.compile(r"[0-9a-f]{1,32}", re.ASCII)
 CAPTURE_DIR = re.compile(r"steps-(\d{1,10})-(\d{1,10})", re.ASCII)

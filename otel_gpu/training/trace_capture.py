@@ -28,7 +28,6 @@ from ..trace import capture_files as cf
 
 log = logging.getLogger("otel_gpu.training")
 
-CHECK_PERIOD_S = 1.0     # the request file is looked at no more often than this
 RECENT_STEPS = 4096      # uncaptured step times kept (the unprofiled median's basis)
 POLL_STEPS = 64          # the latest of them that a poll answer's step time is the median of
 
@@ -98,7 +97,7 @@ class Capture:
             if self.watch:
                 now = self.clock()
                 if now >= self._next_check:
-                    self._next_check = now + CHECK_PERIOD_S
+                    self._next_check = now + cf.CHECK_PERIOD_S
                     self._check()
         except Exception as exc:  # never let our bug reach the training loop
             self._internal_error(exc)

@@ -42,7 +42,7 @@ def test_steps_5_6_and_3_steps_on_request_on_both_ranks_analysed_into_the_report
     try:
         wait_until(lambda: len(list(first.glob("rank*.pt.trace.json.gz"))) == 2 or proc.poll() is not None, 120)
         capsys.readouterr()
-        asked = main(["trace", "capture", str(run_dir), "--steps", "3", "--margin", "1", "--timeout", "60"])
+        asked = main(["trace", "capture", str(run_dir), "--steps", "3", "--margin", "0.5", "--timeout", "60"])
         said = capsys.readouterr()
     finally:
         stop.touch()
