@@ -100,12 +100,13 @@ def test_frozen_weights_before_the_first_trained_one_do_forward_only(case, gpt2)
         assert old_rule / truth - 1 > 0.03                                      # what the refinement fixes
 
 
-def test_plain_transformer_loop_with_padding_tokens_exact_and_flops_within_3_percent(live):
+def test_plain_transformer_loop_with_padding_and_accumulation_tokens_exact_and_flops_within_3_percent(live):
     """nn.TransformerEncoder without a Hugging Face config: layers and hidden size from its
-    nn.MultiheadAttention modules; dynamic padding with a 0/1 mask."""
+    nn.MultiheadAttention modules; dynamic padding with a 0/1 mask; 2 micro-batches per optimizer step
+    (every micro-batch counts)."""
     import transformer_loop
 
-    truth = transformer_loop.main(3)
+    truth = transformer_loop.main(4)
     assert live.sink.tokens_counted == truth["tokens"]
     value, basis = _flops(live.sink)
     assert basis == flops.BASIS_ATTENTION

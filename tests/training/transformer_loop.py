@@ -1,5 +1,6 @@
 """A plain PyTorch loop over an `nn.TransformerEncoder` language model (no Hugging Face config), with
-dynamically padded batches and an attention mask; no otel-gpu code. `main` returns its own truth: the
+dynamically padded batches, an attention mask and gradient accumulation over 2 micro-batches; no
+otel-gpu code. `main` returns its own truth: the
 non-padding tokens it trained on and the model FLOPs of its steps as `FlopCounterMode` counts them with
 the math attention kernel (each step's count times its share of non-padding positions).
 """
@@ -10,7 +11,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
-D, LAYERS, VOCAB, BATCH = 64, 2, 256, 4
+D, LAYERS, VOCAB, BATCH, ACCUMULATE = 64, 2, 256, 4, 2
 
 
 class Rows(torch.utils.data.Dataset):
@@ -55,7 +56,7 @@ def main(steps: int) -> dict:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loader = torch.utils.data.DataLoader(Rows(steps * BATCH), batch_size=BATCH, collate_fn=collate)
     tokens, flops = 0, 0.0
-    for batch in loader:
+    for i, batch in enumerate(loader):
         ids, mask = batch["input_ids"], batch["attention_mask"]
         tokens += int(mask.sum())
         with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
@@ -63,8 +64,9 @@ def main(steps: int) -> dict:
             loss = torch.nn.functional.cross_entropy(logits[mask == 1], ids[mask == 1])
             loss.backward()
         flops += counter.get_total_flops() * float(mask.sum()) / mask.numel()
-        opt.step()
-        opt.zero_grad()
+        if i % ACCUMULATE == ACCUMULATE - 1:
+            opt.step()
+            opt.zero_grad()
     return {"tokens": tokens, "flops": flops, "steps": steps}
 
 
