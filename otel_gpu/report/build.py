@@ -26,8 +26,8 @@ from . import work as rwork
 from . import health as rhealth
 from . import energy as renergy
 from ..energy_read import from_recording as energy_of
-from .flames import flames
-from .traces import section as trace_section
+from .flames import add_gpu_time, flames
+from .traces import gpu_time as trace_gpu_time, section as trace_section
 from .steps import fmt_median, step_summary
 from .html import render
 
@@ -81,6 +81,9 @@ def build(rec: Recording, thresholds: Thresholds | None = None) -> Built:
         "work": rwork.section(window),   # TFLOP/s, MFU and where the time went
         "health": rhealth.section(window),   # GC per step, CUDA allocator, per rank
     }
+    gpu = trace_gpu_time(rec.dirs, data["traces"])   # GPU time by launching code, beside the CPU flame graph
+    if gpu:
+        add_gpu_time(data["flames"], gpu)
     rows, job = energy_of(rec)
     data["energy"] = renergy.table(rows, job)
     built = Built(render(data), findings, summary, rec.job, time.perf_counter() - t0, notes,

@@ -21,6 +21,16 @@ def section(dirs: Sequence[Path]) -> dict | None:
     return None
 
 
+def gpu_time(dirs: Sequence[Path], summary: dict | None) -> dict:
+    """Per rank, the GPU time by launching code of the run's captures (frames -> ns; {} when none had
+    GPU activity), from the run folder that holds `summary`."""
+    from ..trace.run_traces import load_gpu_time, load_summary
+    for d in dirs:
+        if summary is not None and load_summary(Path(d)) == summary:
+            return load_gpu_time(Path(d), summary)
+    return {}
+
+
 def _link(path: str, text: str) -> str:
     return f'<a href="{html_text(quote("traces/" + path))}">{html_text(text)}</a>'
 

@@ -4,7 +4,8 @@ what the report and the closing lines show of it.
 For each capture folder (traces/steps-S-E/) the analyses and findings of `trace analyze` run over its
 rank files, the last captured step included (a capture stops after the device finished step E, so
 that step is whole: HTA's rule of dropping it is for traces cut at an arbitrary point). The full
-result goes to traces/analysis/steps-S-E.json, the findings as text to steps-S-E.txt, and a summary
+result goes to traces/analysis/steps-S-E.json, the findings as text to steps-S-E.txt, the GPU time by
+launching code per rank (where the trace has GPU activity) to steps-S-E.gpu_time.json, and a summary
 of every capture to traces/summary.json, which the report reads. Each rank's captured step time (the
 median of its `ProfilerStep#N` spans in the trace) is set against its unprofiled step time (the median
 of its steps outside every capture, by the rank's own step timer, the step after a capture excluded:
@@ -26,6 +27,8 @@ from . import capture_files as cf
 SUMMARY = "summary.json"
 ANALYSIS = "analysis"
 SUMMARY_MAX = 4 << 20     # bytes of a summary the report reads
+GPU_TIME_SUFFIX = ".gpu_time.json"   # per capture: GPU time by launching code, per rank
+GPU_TIME_MAX = 16 << 20   # bytes of one capture's GPU-time file the report reads
 MESSAGE_MAX = 300         # characters of a rank's message shown
 
 
@@ -122,11 +125,13 @@ def analyse_capture(root: Path, start: int, end: int, folder: Path, statuses: li
 
     name = folder.name
     entry: dict = {"steps": [start, end], "folder": name, "files": {}, "ranks": [], "findings": [],
-                   "notes": [], "step_times": {}, "analysis": None, "findings_text": None, "error": None}
+                   "notes": [], "step_times": {}, "analysis": None, "findings_text": None, "gpu_time": None,
+                   "error": None}
     try:
         ts = load_set(str(folder), include_last_step=True)
         unprofiled = {r: 1e6 * s for r, s in unprofiled_step_s(statuses).items()}   # the launch-bound check's basis
         doc = analyze(ts, Options(unprofiled_step_us=unprofiled), jobs=1)
+        gpu = gpu_time_doc(ts)   # GPU time by launching code, for the report's flame graph
     except TraceFormatError as exc:
         entry["error"] = visible(str(exc))
         return entry
@@ -145,9 +150,47 @@ def analyse_capture(root: Path, start: int, end: int, folder: Path, statuses: li
         cf.write_whole(out / f"{name}.json", json.dumps(jsonable(doc), indent=1, allow_nan=False))
         cf.write_whole(out / f"{name}.txt", _findings_text(doc))
         entry["analysis"], entry["findings_text"] = f"{ANALYSIS}/{name}.json", f"{ANALYSIS}/{name}.txt"
+        if gpu:
+            cf.write_whole(out / f"{name}{GPU_TIME_SUFFIX}", json.dumps(gpu, allow_nan=False))
+            entry["gpu_time"] = f"{ANALYSIS}/{name}{GPU_TIME_SUFFIX}"
     except OSError as exc:
         entry["error"] = f"the analysis was not written: {exc.strerror or exc}"
     return entry
+
+
+def gpu_time_doc(ts) -> dict[str, list]:
+    """Per rank, its GPU time by launching code as JSON rows [[frame, ...], ns] (ranks with no GPU
+    activity left out: a CPU-only capture gives {})."""
+    from .gpu_flame import set_stacks
+
+    return {str(rank): [[list(frames), ns] for frames, ns in stacks.items() if ns > 0]
+            for rank, stacks in set_stacks(ts).items() if any(ns > 0 for ns in stacks.values())}
+
+
+def load_gpu_time(run_dir: Path, summary: dict | None) -> dict[int, dict[tuple[str, ...], int]]:
+    """Per rank, the GPU time by launching code of every capture of a run (summed over captures; frames
+    root first -> ns), from the files `finish_run` wrote; a file missing, too large or malformed is left
+    out."""
+    out: dict[int, dict[tuple[str, ...], int]] = {}
+    for c in (summary or {}).get("captures", []):
+        rel = c.get("gpu_time") if isinstance(c, dict) else None
+        if not isinstance(rel, str) or ".." in Path(rel).parts:
+            continue
+        raw = cf.read_small(Path(run_dir) / cf.RUN_SUBDIR / rel, GPU_TIME_MAX)
+        try:
+            doc = json.loads(raw) if raw is not None else {}
+        except ValueError:
+            continue
+        for rank, rows in (doc.items() if isinstance(doc, dict) else ()):
+            if not (isinstance(rank, str) and rank.lstrip("-").isdigit() and isinstance(rows, list)):
+                continue
+            mine = out.setdefault(int(rank), {})
+            for row in rows:
+                if (isinstance(row, list) and len(row) == 2 and isinstance(row[0], list)
+                        and all(isinstance(f, str) for f in row[0]) and isinstance(row[1], int) and row[1] > 0):
+                    key = tuple(visible(f) for f in row[0])
+                    mine[key] = mine.get(key, 0) + row[1]
+    return {r: s for r, s in out.items() if s}
 
 
 def finish_run(root: Path, wanted: tuple[int, int] | None) -> tuple[dict | None, list[str]]:

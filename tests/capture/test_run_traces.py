@@ -78,3 +78,23 @@ def test_the_report_section_escapes_and_survives_a_damaged_summary():
     assert 'href="traces/steps-5-6/rank0.pt.trace.json.gz"' in page
     assert "could not be read" in html({"captures": [{"steps": 5}]})
     assert html(None) == ""
+
+
+def test_a_captures_gpu_time_by_code_reaches_the_reports_flame_graph(tmp_path):
+    from otel_gpu.report.flames import GPU_PHASE, add_gpu_time
+    from otel_gpu.report.traces import gpu_time
+    from tests.trace.test_gpu_flame import EXPECTED, crafted
+
+    root = tmp_path / cf.RUN_SUBDIR
+    (root / "steps-3-3").mkdir(parents=True)
+    crafted(str(root / "steps-3-3" / "rank0.pt.trace.json"))
+    summary, _ = finish_run(root, (3, 3))
+    assert summary["captures"][0]["gpu_time"] == "analysis/steps-3-3.gpu_time.json"
+    assert load_summary(tmp_path) == summary
+    per_rank = gpu_time([tmp_path], summary)
+    assert per_rank == {0: EXPECTED}   # the same stacks and nanoseconds as the trace's own reading
+    doc = add_gpu_time({"names": [], "ranks": [], "phases": [], "trees": {}}, per_rank)
+    tree = doc["trees"][f"0|{GPU_PHASE}"]
+    assert tree[1] == sum(EXPECTED.values())   # the root's total: every kernel's GPU time
+    (root / "analysis" / "steps-3-3.gpu_time.json").write_text("{not json")
+    assert gpu_time([tmp_path], summary) == {}   # a damaged file is left out, never a failure
