@@ -144,6 +144,8 @@ def register(sub) -> None:
     d.add_argument("--fake-gpus", type=str, default=None, metavar="N",
                    help="probe N fake Hopper GPUs instead of NVML (demos, tests); also OTELGPU_FAKE_GPUS")
     d.add_argument("--no-gpu", action="store_true", help="do not probe GPUs")
+    d.add_argument("--kubelet-socket", default=None, metavar="PATH",
+                   help="also ask the kubelet which pod holds each GPU (compared per job); also OTELGPU_KUBELET_SOCKET")
     d.set_defaults(func=run_doctor)
 
 
@@ -199,7 +201,10 @@ def run_doctor(args) -> int:
 
     env = dict(os.environ)
     fake = args.fake_gpus if args.fake_gpus is not None else env.get("OTELGPU_FAKE_GPUS", "0")
-    node = build_node(NodeConfig(fake_gpus=_number(str(fake), "--fake-gpus", 0, 64, int), gpus=not args.no_gpu))
+    kubelet = kubelet_socket(args.kubelet_socket if args.kubelet_socket is not None else
+                             env.get("OTELGPU_KUBELET_SOCKET", ""))
+    node = build_node(NodeConfig(fake_gpus=_number(str(fake), "--fake-gpus", 0, 64, int), gpus=not args.no_gpu,
+                                 kubelet_socket=kubelet))
     try:
         report = {"notes": node.notes, "sources": {s.name: describe(s) for s in node.sources}}
     finally:

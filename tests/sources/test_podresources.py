@@ -199,3 +199,14 @@ def test_the_assignment_completes_an_owner_and_never_overrides_another_pod(owner
     else:
         assert dict(got) == {**dict(POD), **dict(owner)}     # the container (and pod name) added
         assert [k for k, _ in got] == [k for k in N.OWNER_ATTRIBUTES if k in dict(got)]
+
+
+def test_doctor_shows_the_assignment_and_compares_each_pods_gpus():
+    with Kubelet(fixture_response()) as kubelet:
+        out = subprocess.run([sys.executable, "-m", "otel_gpu", "doctor", "--json", "--fake-gpus", "4",
+                              "--kubelet-socket", kubelet.path], env=clean_env(), capture_output=True, text=True,
+                             timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    nvml = json.loads(out.stdout)["sources"]["nvml"]
+    assert nvml["pod_resources"]["gpus_assigned_to_pods"] == 3 and nvml["pod_resources"]["problem"] == "-"
+    assert nvml["gpus_alike"].startswith("yes: 4 GPUs alike")   # the node's, and train-0's two
