@@ -89,6 +89,32 @@ lay.add(timeseries(
       "{{host_name}} GPU {{otelgpu_gpu_index}}")],
     "short", calcs=("mean", "last"), fill=0), w=24)
 
+# model work: FLOPs the ranks' hooks count (6·N per token + attention, or measured; otelgpu_flops_basis), over the
+# dense peak of the GPU NVML lists each rank's process on, in the dtype the rank computes in (docs/mfu.md)
+RJ = "otelgpu_job, host_name, otelgpu_rank"
+FLOPS = f"sum by ({RJ}) (rate(otelgpu_train_flops_total{{{RANK}}}[{RATE}]))"
+DTYPE = f"max by ({RJ}, otelgpu_dtype) (otelgpu_train_compute_dtype{{{RANK}}})"
+RANK_GPU = f'group by ({RJ}, hw_id, otelgpu_gpu_index) (otelgpu_gpu_process_memory_usage_bytes{{{JOB}, otelgpu_rank!=""}})'
+PEAK = "max by (host_name, hw_id, otelgpu_dtype) (otelgpu_gpu_peak_flops_per_second{host_name=~\"$node\"})"
+lay.add(timeseries(
+    "Achieved model TFLOP/s per GPU",
+    "Model FLOPs per second of the ranks on each GPU (from the ranks' own count: 6·N per token plus attention, "
+    "padding excluded, or one measured batch), not the GPU's own counters. A drop with unchanged step time means "
+    "less work per step; set it beside the GPU's dense peak in the MFU panel.",
+    [(f"sum by (host_name, otelgpu_gpu_index) ({FLOPS} * on ({RJ}) group_left (otelgpu_gpu_index) {RANK_GPU}) / 1e12",
+      "{{host_name}} GPU {{otelgpu_gpu_index}}")],
+    "short", calcs=("mean", "last"), fill=0), w=12)
+lay.add(timeseries(
+    "MFU per rank (model FLOP/s over the GPU's dense peak)",
+    "Model FLOPs utilisation: the rank's model FLOP/s over the dense peak of its GPU (NVML product name) in the dtype "
+    "it computes in. No line: not checked (no GPU listing the rank, a GPU not in the peak table, fp8, no dtype seen; "
+    "`otel-gpu diagnose` says which). Tensor-pipe activity well above MFU is GPU work that is not the model's.",
+    [(f"sum by ({RJ}, otelgpu_dtype) ({FLOPS} * on ({RJ}) group_left (otelgpu_dtype) {DTYPE}) "
+      f"* on ({RJ}) group_left (hw_id) {RANK_GPU} "
+      f"/ on (host_name, hw_id, otelgpu_dtype) group_left {PEAK}",
+      "{{otelgpu_job}} rank {{otelgpu_rank}} ({{otelgpu_dtype}})")],
+    "percentunit", calcs=("mean", "last"), fill=0), w=12)
+
 lay.row("Where does the step go?")
 lay.add(timeseries(
     "Phase breakdown, share of wall time (mean over ranks)",

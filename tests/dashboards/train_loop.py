@@ -8,7 +8,7 @@ import sys
 import time
 
 from otel_gpu import training as otg
-from otel_gpu.training import session
+from otel_gpu.training import flops, session
 
 
 def load_batch(s):
@@ -36,8 +36,13 @@ def save_checkpoint(s):
 
 def main(steps: int, step_s: float) -> None:
     slow = 1.5 if os.environ.get("RANK") == "1" else 1.0
+    # what the torch hooks report for a model of 1M trained weights in bf16 (this loop has no torch), so the
+    # dashboard's model-work panels are evaluated on real series too
+    sess = session.current().sink
+    sess._shape, sess.compute_dtype = flops.Shape(trained=1_000_000, layers=2, hidden=64), "bf16"
     for i in range(steps):
         with otg.step(samples=8, tokens=8 * 128):
+            sess.fetched(8 * 128, 128)
             with otg.phase("data_wait"):
                 load_batch(0.1 * step_s)
             with otg.phase("forward"):
