@@ -44,12 +44,13 @@ def queue_drain_sync(ch) -> None:
     s0, s1, syncs = s0[order], s1[order], syncs[order]
     j = np.searchsorted(s0, g0, "right") - 1  # the latest-starting user sync begun before each drain
     j = np.maximum(j, 0)
-    rows = syncs[j] if len(syncs) else syncs
+    rows = np.unique(syncs[j]) if len(syncs) else syncs   # each sync once, however many gaps it drained
     if ch.windows:
-        steps = set(step_of(g0, ch.windows).tolist()) - {-1}
-        # a step ending after the GPU's last event has no measured idle after it: not counted
+        # a step ending after the GPU's last event has no measured idle after it: not counted, above or below
         end = float(ch.k["end"].max()) if len(ch.k["end"]) else 0.0
-        counted = max(1, sum(1 for _, _, b in ch.windows if b <= end))
+        counted_steps = {num for num, _, b in ch.windows if b <= end}
+        steps = (set(step_of(g0, ch.windows).tolist()) - {-1}) & counted_steps
+        counted = max(1, len(counted_steps))
         value, threshold = 100.0 * len(steps) / counted, th.drain_steps_pct
         hit = len(steps) > 0 and value >= threshold
     else:

@@ -125,3 +125,21 @@ def test_profiler_share_edges(unprofiled, checked):
     if checked:
         assert got["profiler_share_pct"] == max(0.0, 100 * (10_000 - unprofiled) / 10_000)
     assert not profiler_share([], 5_000.0)["checked"]
+
+
+def test_drained_steps_are_a_share_of_the_counted_steps_and_each_sync_listed_once(tmp_path):
+    """Steps 1-5 each drain the queue, but step 5 ends long after the GPU's last event (its drain is
+    followed by one last kernel, then nothing) and is not counted: 4 of 4 counted steps (100%), not 5 of
+    4; each sync listed once, not once per gap it drained."""
+    b = refill_trace(item=True)
+    t5 = 1_000_000 + 4 * STEP_US
+    b.cpu("ProfilerStep#5", t5, STEP_US - 1, cat="user_annotation")
+    kernel(b, "aten::mm", GEMM_SM90, t5 + 10, t5 + 20, 500)
+    _item(b, t5 + 30, t5 + 520)
+    kernel(b, "aten::add_", ELEMENTWISE, t5 + 600, t5 + 610, 2)
+    b.cpu("ProfilerStep#6", t5 + STEP_US, STEP_US - 1, cat="user_annotation")   # the last step: dropped
+    found, _ = analysed(tmp_path, b)
+    drain = found["queue_drain_sync"]
+    assert drain["indicator"]["max"] == 100.0
+    ((op, n),) = drain["where"]["ops"]
+    assert op == "aten::_local_scalar_dense" and n <= 6   # six .item() calls in the trace
