@@ -66,13 +66,13 @@ def span(a: float, b: float, date: bool = False) -> str:
 
 
 def _natural(s: str):
-    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s)]
+    return [int(p) if p.isascii() and p.isdigit() else p for p in re.split(r"([0-9]+)", s)]
 
 
 def compact(items, limit: int = 8) -> str:
     """Names in natural order, numeric runs folded ("0-7, 9"), at most `limit` shown."""
     items = sorted(set(items), key=_natural)
-    if items and all(i.isdigit() for i in items):
+    if items and all(i.isascii() and i.isdigit() for i in items):
         nums, runs = [int(i) for i in items], []
         start = prev = nums[0]
         for n in nums[1:] + [None]:

@@ -13,6 +13,7 @@ abandoned with nothing left behind, and the training goes on.
 from __future__ import annotations
 
 import atexit
+import errno
 import gzip
 import logging
 import os
@@ -246,8 +247,10 @@ class Capture:
             cf.write_whole(self.status_path, json.dumps(self.status(**override)))
             return True
         except OSError as exc:
-            log.warning("otel-gpu: rank %s: trace status not written (%s): %s", self.rank, self.status_path,
-                        exc.strerror or exc)
+            # a full disk is said once, by `run` for its recording: the rank's status adds nothing to that
+            say = log.info if exc.errno in (errno.ENOSPC, errno.EDQUOT) else log.warning
+            say("otel-gpu: rank %s: trace status not written (%s): %s", self.rank, self.status_path,
+                exc.strerror or exc)
             return False
 
     def at_exit(self) -> None:

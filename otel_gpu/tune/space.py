@@ -302,7 +302,7 @@ def _path_of(name: str, where: str) -> tuple[str, ...]:
     if "." in name:
         return tuple(name.split("."))
     raise SpaceError(f"{where}: unknown parameter {name!r}: use one of {', '.join(KNOWN_PATHS)} "
-                     f"or a dotted config path such as zero_optimization.{name}")
+                     "or a dotted config path such as zero_optimization.reduce_scatter")
 
 
 def _param(name: str, path: tuple[str, ...], spec: Mapping, old: Param | None, where: str) -> Param:

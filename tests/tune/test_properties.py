@@ -6,7 +6,7 @@ import json
 import math
 
 import optuna
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from otel_gpu.tune import config as C
@@ -50,6 +50,7 @@ def _check_usable(space: Space) -> None:
 
 @FAST
 @given(space_docs)
+@example({"params": {"\n": False}})   # the name was repeated raw in the message's example path
 def test_any_space_document_parses_to_a_usable_space_or_one_line(doc):
     try:
         space = parse_space(doc)
