@@ -25,7 +25,7 @@ CASES = {
     "ddp-3-passes": ("eval_ddp.py", ["--steps", "80", "--eval-at", "20,40,60", "--eval-batches", "24"], 79),
     "ddp-2-passes-inference": ("eval_ddp.py", ["--steps", "80", "--eval-at", "12,55", "--eval-batches", "8",
                                                "--how", "inference_mode"], 79),
-    "hf-steps": ("eval_hf.py", ["--steps", "45", "--eval-steps", "10"], 45),
+    "hf-steps": ("eval_hf.py", ["--steps", "90", "--eval-steps", "15"], 90),
 }
 SHARE_TOLERANCE = 0.05
 
