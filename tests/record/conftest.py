@@ -43,6 +43,22 @@ def record(directory: Path, command: list[str], *run_args: str, env: dict | None
     return RecordedRun(directory, proc, float(stamp.read_text()) if stamp.exists() else float("nan"), run_exit)
 
 
+def diagnosed_both_ways(vm, directory: Path, job: str):
+    """A finished recorded run diagnosed from its recording and, over the same window, from what it
+    forwarded to VictoriaMetrics `vm`: (recorded report, served report)."""
+    from otel_gpu.diagnose import diagnose
+    from otel_gpu.promql import PromClient
+    from otel_gpu.record.diagnose import diagnose_recording
+
+    recorded = diagnose_recording([directory])
+    vm.flush()
+    time.sleep(1.0)
+    vm.flush()
+    with PromClient(vm.url) as client:
+        served = diagnose(client, job, recorded.window.start, recorded.window.end)
+    return recorded, served
+
+
 @pytest.fixture(scope="session")
 def two_rank_run(tmp_path_factory) -> RecordedRun:
     pytest.importorskip("torch", reason="torch not installed (pip install 'otel-gpu[train]')")

@@ -2,17 +2,13 @@
 every body): `diagnose RUN_DIR` finds what `diagnose --prometheus` finds over the same window."""
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 
-from otel_gpu.diagnose import diagnose
-from otel_gpu.promql import PromClient
-from otel_gpu.record.diagnose import diagnose_recording
 from tests.childenv import clean_env
 
-from .conftest import REPO, record, torchrun
+from .conftest import REPO, diagnosed_both_ways, record, torchrun
 
 pytestmark = pytest.mark.slow
 CPU_TRAIN = REPO / "tests" / "diagnose" / "cpu_train.py"
@@ -28,13 +24,8 @@ def test_recorded_and_prometheus_findings_agree(victoriametrics, tmp_path):
                                           "--ckpt-every", "40", "--ckpt-mb", "32", "--ckpt-dir", str(tmp_path)),
                "--job", job, "--no-profile", "--agent-arg=--fake-gpus=2", env=env, cwd=tmp_path)
     assert r.proc.returncode == 0, r.proc.stderr[-3000:]
-    recorded = diagnose_recording([r.directory])
-    vm.flush()
-    time.sleep(1.0)
-    vm.flush()
+    recorded, served = diagnosed_both_ways(vm, r.directory, job)
     w = recorded.window
-    with PromClient(vm.url) as client:
-        served = diagnose(client, job, w.start, w.end)
     mine = [(f.rule, f.severity) for f in recorded.findings]
     theirs = [(f.rule, f.severity) for f in served.findings]
     assert mine == theirs, (recorded.as_dict()["findings"], served.as_dict()["findings"])

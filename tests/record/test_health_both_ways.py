@@ -6,18 +6,14 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 import uuid
 
 import pytest
 
-from otel_gpu.diagnose import diagnose
-from otel_gpu.promql import PromClient
-from otel_gpu.record.diagnose import diagnose_recording
 from otel_gpu.report.build import write_report
 from tests.childenv import clean_env
 
-from .conftest import HERE, REPO, record
+from .conftest import HERE, REPO, diagnosed_both_ways, record
 
 pytestmark = pytest.mark.slow
 STATS = REPO / "tests" / "data" / "cuda_memory_stats" / "oom_retries_v100.json"
@@ -32,13 +28,8 @@ def test_allocator_retries_and_gc_time_seen_on_both_paths(victoriametrics, tmp_p
     r = record(tmp_path / "run", [sys.executable, str(HERE / "alloc_replay_job.py"), str(STATS), str(STEPS), str(truth)],
                "--job", job, "--no-profile", "--no-agent", env=env, cwd=tmp_path)
     assert r.proc.returncode == 0, r.proc.stderr[-3000:]
-    recorded = diagnose_recording([r.directory])
-    vm.flush()
-    time.sleep(1.0)
-    vm.flush()
+    recorded, served = diagnosed_both_ways(vm, r.directory, job)
     w = recorded.window
-    with PromClient(vm.url) as client:
-        served = diagnose(client, job, w.start, w.end)
     measured = json.loads(truth.read_text())
     for report in (recorded, served):
         (f,) = [x for x in report.findings if x.rule == "allocator"]
