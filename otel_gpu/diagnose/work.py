@@ -11,6 +11,7 @@ from .. import names as N
 DTYPE = "otelgpu_dtype"
 BASIS = "otelgpu_flops_basis"
 RANK_BY = "host_name, otelgpu_rank"
+JOB_RANK_BY = "otelgpu_job, host_name, otelgpu_rank"   # a rank across jobs: joins FLOPs to GPUs
 
 
 def work_parts(job_sel: str, W: str, selector) -> dict[str, str]:
@@ -56,26 +57,27 @@ def peak_inputs(v: dict[str, Any]) -> dict[str, float]:
 
 
 def _on_gpu(agent_sel: str) -> str:
-    """(host, rank) -> hw_id of the GPUs NVML lists the rank's processes on, as a 1-valued vector."""
+    """(job, host, rank) -> hw_id of the GPUs NVML lists the rank's processes on, as a 1-valued vector (the
+    process series carry their process's job, gpu_owner.py: two jobs' rank 0 on one host stay apart)."""
     mem = N.GPU_PROCESS_MEMORY.prometheus_name()
     sel = ", ".join(x for x in (agent_sel, 'otelgpu_rank!=""') if x)
-    return f"group by ({RANK_BY}, hw_id) ({mem}{{{sel}}})"
+    return f"group by ({JOB_RANK_BY}, hw_id) ({mem}{{{sel}}})"
 
 
 def flops_per_gpu_promql(job_sel: str, agent_sel: str, rng: str) -> str:
     """PromQL: achieved model FLOP/s per GPU (host_name, hw_id) over `rng` (the ranks' GPUs from the process list)."""
     flops = f"{N.TRAIN_FLOPS.prometheus_name()}{{{job_sel}}}"
-    return (f"sum by (host_name, hw_id) (sum by ({RANK_BY}) (rate({flops}[{rng}])) "
-            f"* on ({RANK_BY}) group_left (hw_id) {_on_gpu(agent_sel)})")
+    return (f"sum by (host_name, hw_id) (sum by ({JOB_RANK_BY}) (rate({flops}[{rng}])) "
+            f"* on ({JOB_RANK_BY}) group_left (hw_id) {_on_gpu(agent_sel)})")
 
 
 def mfu_promql(job_sel: str, agent_sel: str, rng: str) -> str:
-    """PromQL: MFU per rank (host_name, otelgpu_rank, hw_id, otelgpu_dtype) over `rng`: its FLOP/s over the dense
-    peak of its GPU in the dtype it computes in (no series where a part is missing: 'not checked')."""
+    """PromQL: MFU per rank (otelgpu_job, host_name, otelgpu_rank, hw_id, otelgpu_dtype) over `rng`: its FLOP/s over
+    the dense peak of its GPU in the dtype it computes in (no series where a part is missing: 'not checked')."""
     flops = f"{N.TRAIN_FLOPS.prometheus_name()}{{{job_sel}}}"
     dtype = f"{N.TRAIN_COMPUTE_DTYPE.prometheus_name()}{{{job_sel}}}"
     peak = N.GPU_PEAK_FLOPS.prometheus_name() + (f"{{{agent_sel}}}" if agent_sel else "")
-    return (f"sum by ({RANK_BY}, {DTYPE}) (rate({flops}[{rng}]) * on ({RANK_BY}) group_left ({DTYPE}) "
-            f"max by ({RANK_BY}, {DTYPE}) ({dtype})) "
-            f"* on ({RANK_BY}) group_left (hw_id) {_on_gpu(agent_sel)} "
+    return (f"sum by ({JOB_RANK_BY}, {DTYPE}) (rate({flops}[{rng}]) * on ({JOB_RANK_BY}) group_left ({DTYPE}) "
+            f"max by ({JOB_RANK_BY}, {DTYPE}) ({dtype})) "
+            f"* on ({JOB_RANK_BY}) group_left (hw_id) {_on_gpu(agent_sel)} "
             f"/ on (host_name, hw_id, {DTYPE}) group_left max by (host_name, hw_id, {DTYPE}) ({peak})")
