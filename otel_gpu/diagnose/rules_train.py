@@ -111,6 +111,15 @@ def _saves(r: RankStats, drops) -> tuple[int, list[tuple[float, float]], float |
     return n, ranges, every, note
 
 
+def data_wait_share(r: RankStats, wall_s: float) -> float:
+    """A rank's data_wait seconds over its time, in [0, 1]: its wall time `wall_s` (s), or the seconds its
+    exclusive phases add up to where those are more (counters read at export times on both edges of the window
+    can count a phase past the wall time estimated from the step counter; 0 when neither is positive)."""
+    wait = max(0.0, r.phases.get("data_wait", 0.0))
+    total = max(wall_s, sum(max(0.0, s) for s in r.phases.values()))
+    return min(1.0, wait / total) if total > 0 else 0.0
+
+
 def input_bound(w: Window, th: Thresholds) -> list[Finding]:
     """Data-wait share every rank pays (the least of the ranks': one rank's slower loader makes it a
     straggler instead, see the straggler rule); GPU idle while waiting; whether the CPU has capacity."""
@@ -126,7 +135,7 @@ def input_bound(w: Window, th: Thresholds) -> list[Finding]:
             needs = ("needs the data_wait phase: measured for DataLoader iteration under `otel-gpu run` / "
                      "`opentelemetry-instrument`, or `otel_gpu.training.phase('data_wait')` around your batch fetch")
         return [missing_input("input", "Input-bound (waiting for batches)", needs, ["data-wait phase"])]
-    shares = {r.rank: r.phases.get("data_wait", 0.0) / (w.rank_wall_s(r) or 1.0) for r in w.ranks}
+    shares = {r.rank: data_wait_share(r, w.rank_wall_s(r)) for r in w.ranks}
     least = min(shares, key=shares.get)
     share = shares[least]
     worst = max(w.ranks, key=lambda r: shares[r.rank])
