@@ -30,8 +30,8 @@ from typing import Mapping
 
 from . import children, words
 from .errors import UsageError
-from .trace.capture_files import TRACE_DIR, TRACE_STEPS, parse_steps
-from .values import flag_type, number, url_type
+from .trace.capture_files import TRACE_DIR, TRACE_STACKS, TRACE_STEPS, parse_steps
+from .values import flag_type, number, switch, url_type
 
 SITE_DIR = Path(__file__).resolve().parent / "training" / "_site"
 PACKAGE_ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +65,9 @@ def register(sub) -> None:
                    help="every rank records steps A to B (counted from 1) with the PyTorch profiler into the run's "
                         "traces/ (not recording: $OTELGPU_TRACE_DIR, else ./otel-gpu-traces/<job>-<UTC time>/), "
                         "analysed at the end as by `otel-gpu trace analyze` (else $OTELGPU_TRACE_STEPS)")
+    p.add_argument("--trace-stacks", metavar="1|0", type=flag_type(switch),
+                   help="Python stacks in the traces (torch's Python tracer, on every Python thread of the rank "
+                        "while it captures): 1 or 0 (else $OTELGPU_TRACE_STACKS, default 1; docs/capture.md)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the training command, after --")
     p.set_defaults(func=run)
 
@@ -107,6 +110,8 @@ def child_env(env: Mapping[str, str], pyroscope: str | None = None, no_profile: 
         out["OTELGPU_PROFILE"] = "0"
     if job:
         out["OTELGPU_JOB"] = job
+    if not out.get("PYTHONFAULTHANDLER", "").strip():   # a crash (SIGSEGV in a library) leaves every thread's stack
+        out["PYTHONFAULTHANDLER"] = "1"
     return out
 
 
@@ -161,6 +166,8 @@ def _run(args, latch: children.SignalLatch) -> int:
     base = dict(os.environ)
     if args.trace_steps:   # the flag wins over $OTELGPU_TRACE_STEPS
         base[TRACE_STEPS] = "%d-%d" % args.trace_steps
+    if args.trace_stacks is not None:   # and over $OTELGPU_TRACE_STACKS
+        base[TRACE_STACKS] = "1" if args.trace_stacks else "0"
     from .settings_check import check_run_environment   # every OTELGPU_* value the ranks read: exit 2 now
     check_run_environment(child_env(base, args.pyroscope, args.no_profile, args.job))
     wanted = parse_steps(base[TRACE_STEPS]) if base.get(TRACE_STEPS, "").strip() else None

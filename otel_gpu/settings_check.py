@@ -33,6 +33,7 @@ RANK_VARIABLES: dict[str, Callable[[str, str], object]] = {
     # model FLOPs: the formula, or one batch measured with FlopCounterMode (training/flops_measure.py's CHOICES)
     "OTELGPU_FLOPS": lambda raw, name: choice(raw, name, ("formula", "measure")),
     "OTELGPU_TRACE_STEPS": parse_steps,   # A-B: a profiler trace of steps A..B (`otel-gpu run --trace-steps`)
+    "OTELGPU_TRACE_STACKS": switch,       # 0: captures without Python stacks (`otel-gpu run --trace-stacks`)
     **PROFILE_VARIABLES,
 }
 

@@ -5,10 +5,16 @@ The session hands its Timer a `Capture` as step listener, told when a step opens
 capture that costs a counter, a clock read, and (where a trace folder is watched, $OTELGPU_TRACE_DIR)
 one stat of the request file at most once a second, at a step boundary. torch.profiler is not started
 (nor imported by us) before step A opens: then it starts with CPU activity, CUDA too where
-torch.cuda.is_available(), shapes, stacks and modules on, and each captured step is marked
-`ProfilerStep#N`. When step B closes it stops (the device synchronised first, as torch does) and the
-trace is written whole: a temporary file, gzip'd, renamed. Any failure is one log line, the capture is
-abandoned with nothing left behind, and the training goes on.
+torch.cuda.is_available(), shapes and modules on, Python stacks unless $OTELGPU_TRACE_STACKS is 0, and each
+captured step is marked `ProfilerStep#N`. When step B closes it stops (the device synchronised first, as torch
+does) and the trace is written whole: a temporary file, gzip'd, renamed. Any failure is one log line, the
+capture is abandoned with nothing left behind, and the training goes on.
+
+The profiler is started, marked and stopped on one thread only: the one whose step boundary started it (the
+training thread). A boundary seen on another thread while capturing counts the step but touches nothing of
+the profiler (torch's profiler is not made to be stopped from another thread); the capture stops at the next
+boundary of its own thread. With stacks on, torch's Python tracer hooks every Python thread of the process
+for the captured steps (docs/capture.md: why they can be turned off).
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import logging
 import os
 import shutil
 import statistics
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -26,6 +33,7 @@ from typing import Mapping
 
 from ..errors import ConfigError
 from ..trace import capture_files as cf
+from ..values import switch
 
 log = logging.getLogger("otel_gpu.training")
 
@@ -48,8 +56,9 @@ class Capture:
     """A rank's step listener: captures its window of steps, answers requests (see the module doc)."""
 
     def __init__(self, root: Path, rank: str, window: tuple[int, int] | None = None, watch: bool = False,
-                 clock=time.monotonic):
+                 clock=time.monotonic, stacks: bool = cf.DEFAULT_STACKS):
         self.root, self.rank, self.watch, self.clock = Path(root), str(rank), watch, clock
+        self.stacks = stacks                  # with_stack: torch's Python tracer on for the captured steps
         self.closed = 0                       # steps this rank has closed
         self.window = window                  # (start, end) to capture
         self.request: str | None = None       # the request the window came from (None: $OTELGPU_TRACE_STEPS)
@@ -65,6 +74,8 @@ class Capture:
         self._seen = None                     # (inode, mtime ns, size) of the request file last read
         self._handled: set[str] = set()
         self._prof = None
+        self._owner: int | None = None        # the thread that started the profiler: the only one to touch it
+        self._orphan = None                   # a profiler abandoned on another thread: its owner stops it
         self._mark = None
         self._pid = os.getpid()
         self.status_path = self.root / cf.RANKS / f"rank{cf.safe_rank(rank)}-pid{self._pid}.json"
@@ -72,9 +83,12 @@ class Capture:
     # ---- the Timer's hooks (training thread); never raise ----
     def step_opened(self) -> None:
         try:
+            if self._orphan is not None and self._on_owner():
+                self._stop_orphan()
             n = self.closed + 1
             if self.state == cf.CAPTURING:
-                self._open_mark(n)
+                if self._on_owner():
+                    self._open_mark(n)
             elif self.state == cf.ARMED and n == self.window[0]:
                 self._start(n)
             elif self.state == cf.ARMED and n > self.window[0]:
@@ -84,12 +98,15 @@ class Capture:
 
     def step_closed(self, seconds: float) -> None:
         try:
+            if self._orphan is not None and self._on_owner():
+                self._stop_orphan()
             self.closed += 1
             if self.state == cf.CAPTURING:
-                self._close_mark()
                 self.captured.append(seconds)
-                if self.closed >= self.window[1]:
-                    self._finish()
+                if self._on_owner():
+                    self._close_mark()
+                    if self.closed >= self.window[1]:
+                        self._finish()
                 return
             if self._skip:
                 self._skip = False
@@ -146,14 +163,18 @@ class Capture:
             activities = [ProfilerActivity.CPU]
             if torch.cuda.is_available():
                 activities.append(ProfilerActivity.CUDA)
-            prof = profile(activities=activities, record_shapes=True, with_stack=True, with_modules=True)
+            prof = profile(activities=activities, record_shapes=True, with_stack=self.stacks, with_modules=True)
             prof.start()
         except Exception as exc:  # a profiler already running, an old torch: the job goes on
             self._abandon(f"the profiler did not start: {exc!r}")
             return
-        self._prof, self.state, self.captured = prof, cf.CAPTURING, []
+        self._prof, self.state, self.captured, self._owner = prof, cf.CAPTURING, [], threading.get_ident()
         self._open_mark(n)
         log.info("otel-gpu: rank %s: capturing steps %d-%d", self.rank, *self.window)
+
+    def _on_owner(self) -> bool:
+        """This thread started the running capture's profiler."""
+        return threading.get_ident() == self._owner
 
     def _open_mark(self, n: int) -> None:
         from torch.autograd.profiler import record_function
@@ -211,13 +232,22 @@ class Capture:
         """Stop whatever the capture started; one line; the training goes on."""
         self._mark = None
         prof, self._prof = self._prof, None
-        if prof is not None:
+        if prof is not None and not self._on_owner():   # its own thread stops it, at its next step boundary
+            self._orphan = prof
+        elif prof is not None:
             try:
                 prof.stop()
             except Exception as exc:  # the profiler is broken: nothing more to do with it
                 why += f"; stopping it failed too: {exc!r}"
         window = f"steps {self.window[0]}-{self.window[1]}" if self.window else "the capture"
         self._say(cf.FAILED, f"{window} abandoned: {why}")
+
+    def _stop_orphan(self) -> None:
+        prof, self._orphan = self._orphan, None
+        try:
+            prof.stop()
+        except Exception as exc:  # the profiler is broken: nothing more to do with it
+            log.warning("otel-gpu: rank %s: stopping an abandoned profiler failed: %r", self.rank, exc)
 
     def _say(self, state: str, message: str, request: str | None = None, keep: bool = False,
              level: int = logging.WARNING) -> None:
@@ -237,7 +267,8 @@ class Capture:
                "step": self.closed, "state": self.state, "request": self.request, "answered": self.answered,
                "window": list(self.window) if self.window else None, "file": self.file, "message": self.message,
                "step_s": _median(recent[-POLL_STEPS:]), "captured_step_s": list(self.captured),
-               "unprofiled_median_s": _median(recent), "unprofiled_steps": len(recent), "stop_s": self.stop_s}
+               "unprofiled_median_s": _median(recent), "unprofiled_steps": len(recent), "stop_s": self.stop_s,
+               "stacks": self.stacks}
         doc.update(override)
         return doc
 
@@ -267,7 +298,8 @@ class Capture:
                 self._mark = None
                 prof, self._prof = self._prof, None
                 try:
-                    prof.stop()
+                    if self._on_owner():   # else the process ends with it: never stopped from another thread
+                        prof.stop()
                 finally:
                     self.state = cf.ENDED
                     self.message = f"steps {self.window[0]}-{self.window[1]} not captured: the job ended inside " \
@@ -277,6 +309,18 @@ class Capture:
             self.write_status()
         except Exception as exc:  # at exit: one line, never a traceback
             log.warning("otel-gpu: rank %s: trace status at exit: %r", self.rank, exc)
+
+
+def _stacks(env: Mapping[str, str]) -> bool:
+    """$OTELGPU_TRACE_STACKS as a switch (unset: the default); a bad value is said once and means off."""
+    raw = env.get(cf.TRACE_STACKS, "").strip()
+    if not raw:
+        return cf.DEFAULT_STACKS
+    try:
+        return switch(raw, cf.TRACE_STACKS)
+    except ConfigError as exc:
+        log.warning("otel-gpu: %s; traces without Python stacks", exc)
+        return False
 
 
 def install(env: Mapping[str, str], rank: str, timer, at_exit=atexit.register) -> Capture | None:
@@ -301,7 +345,7 @@ def install(env: Mapping[str, str], rank: str, timer, at_exit=atexit.register) -
     except OSError as exc:
         log.warning("otel-gpu: no trace capture: cannot make %s: %s", root / cf.RANKS, exc.strerror or exc)
         return None
-    capture = Capture(root, rank, window, watch)
+    capture = Capture(root, rank, window, watch, stacks=_stacks(env))
     if not capture.write_status():
         return None
     timer.step_listener = capture

@@ -16,6 +16,8 @@ from otel_gpu.errors import ConfigError
 from otel_gpu.settings_check import check_rank_settings
 from otel_gpu.trace import capture_files as cf
 from otel_gpu.trace.capture_cli import MIN_MARGIN, MIN_STEP_S, choose_start
+from otel_gpu.training.trace_capture import _stacks
+from otel_gpu.values import SWITCH_OFF, SWITCH_ON
 
 FAST = settings(max_examples=200, deadline=None)
 STEPISH = st.one_of(
@@ -80,6 +82,46 @@ def test_a_bad_trace_steps_flag_is_one_line_and_exit_2_before_anything_runs(tmp_
     status, err = _exit(["run", "--no-record", f"--trace-steps={raw}", "--", "touch", str(marker)])
     assert status == 2 and len(err.strip().splitlines()) == 1 and "--trace-steps" in err
     assert not marker.exists()
+
+
+SWITCHISH = st.one_of(st.text(max_size=8), st.sampled_from(["1", "0", " on ", "OFF", "Yes", "no", "true", "2", "of", "",
+                                                              "１", "0\n", "-1"]))
+
+
+def _switch(raw: str):
+    """What a switch should read as: True, False, or None for a refusal (a model written independently)."""
+    text = raw.strip().lower()
+    return True if text in SWITCH_ON else False if text in SWITCH_OFF else None
+
+
+@FAST
+@given(SWITCHISH)
+def test_trace_stacks_is_checked_before_the_run_and_means_off_when_bad_in_a_rank(raw):
+    try:
+        check_rank_settings({cf.TRACE_STACKS: raw})
+    except ConfigError as exc:
+        assert str(exc).startswith(f"{cf.TRACE_STACKS}=") and "\n" not in str(exc) and _switch(raw) is None
+    else:
+        assert not raw.strip() or _switch(raw) is not None
+    want = cf.DEFAULT_STACKS if not raw.strip() else bool(_switch(raw))   # a bad value in a rank: stacks off
+    assert _stacks({cf.TRACE_STACKS: raw}) is want
+
+
+@settings(max_examples=40, deadline=None)
+@given(raw=SWITCHISH.filter(lambda s: _switch(s) is None and not s.startswith("-")))
+def test_a_bad_trace_stacks_flag_is_one_line_and_exit_2_before_anything_runs(tmp_path_factory, raw):
+    marker = tmp_path_factory.mktemp("never") / "ran"
+    status, err = _exit(["run", "--no-record", f"--trace-stacks={raw}", "--", "touch", str(marker)])
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "--trace-stacks" in err
+    assert not marker.exists()
+
+
+def test_the_trace_stacks_flag_wins_over_the_variable_and_ranks_get_faulthandler(monkeypatch, capfd):
+    monkeypatch.setenv(cf.TRACE_STACKS, "1")
+    monkeypatch.delenv("PYTHONFAULTHANDLER", raising=False)
+    cmd = ["sh", "-c", f'echo "${cf.TRACE_STACKS} $PYTHONFAULTHANDLER"']
+    assert main(["run", "--no-record", "--no-profile", "--trace-stacks", "off", "--"] + cmd) == 0
+    assert capfd.readouterr().out.split() == ["0", "1"]
 
 
 @settings(max_examples=60, deadline=None)

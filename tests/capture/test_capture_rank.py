@@ -155,3 +155,51 @@ def test_a_profiler_that_cannot_start_is_one_line_and_training_goes_on(tmp_path,
 def test_nothing_installed_without_the_variables(tmp_path):
     timer = Timer(Sink())
     assert install({}, "0", timer) is None and timer.step_listener is None
+
+
+@pytest.mark.parametrize("raw, stacks", [(None, cf.DEFAULT_STACKS), ("1", True), ("0", False)])
+def test_stacks_on_hook_every_python_thread_and_off_hook_none(tmp_path, raw, stacks):
+    """$OTELGPU_TRACE_STACKS: with stacks, torch's Python tracer sets a profile function on every Python
+    thread for the captured steps (the reason to be able to turn it off); without, on none."""
+    import sys
+    import threading
+    env = {cf.TRACE_STEPS: "2-2", cf.TRACE_DIR: str(tmp_path)} | ({cf.TRACE_STACKS: raw} if raw else {})
+    timer = Timer(Sink())
+    install(env, "0", timer)
+    asked, seen, done = threading.Event(), [], threading.Event()
+
+    def other():
+        asked.wait(10)
+        seen.append(sys.getprofile() is not None)
+        done.set()
+
+    helper = threading.Thread(target=other)
+    helper.start()
+    train(timer, 2)   # step 2 opens: the profiler is on
+    seen.append(sys.getprofile() is not None)
+    asked.set()
+    done.wait(10)
+    train(timer, 1)
+    helper.join()
+    assert profiler_on() is False and seen == [stacks, stacks]
+    status = cf.read_statuses(tmp_path)[0]
+    assert status["state"] == cf.WRITTEN and status["stacks"] is stacks
+    with gzip.open(tmp_path / "steps-2-2" / "rank0.pt.trace.json.gz", "rt") as f:
+        cats = {e.get("cat") for e in json.load(f)["traceEvents"]}
+    assert ("python_function" in cats) is stacks
+
+
+def test_a_boundary_on_another_thread_never_touches_the_profiler(tmp_path):
+    """Steps closed on another thread are counted, but the profiler is stopped (and marked) only on the
+    thread that started it, at its next boundary."""
+    import threading
+    timer = Timer(Sink())
+    capture = install({cf.TRACE_STEPS: "2-2", cf.TRACE_DIR: str(tmp_path)}, "0", timer)
+    train(timer, 2)   # step 2 opened on this thread
+    elsewhere = threading.Thread(target=timer.mark_step, args=("optimizer",))   # closes step 2 over there
+    elsewhere.start()
+    elsewhere.join()
+    assert profiler_on() and capture.state == cf.CAPTURING and capture.closed == 2
+    train(timer, 1)   # the next boundary here stops it and writes step 2
+    assert not profiler_on() and cf.read_statuses(tmp_path)[0]["state"] == cf.WRITTEN
+    assert step_marks(tmp_path / "steps-2-2" / "rank0.pt.trace.json.gz") == [2]
