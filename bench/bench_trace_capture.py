@@ -8,7 +8,8 @@ Runs a small 2-rank gloo training job (torchrun, CPU, no otel-gpu code in it) un
 job's own view). Prints, per run and as the median over the rounds: the median step outside steps
 A-1..B+1 (in the job's view the profiler starts inside step A-1, at its optimizer step, and stops and
 writes the trace inside step B or B+1), the captured steps' median, the slowest step of A-1..B+1
-(the stop and the write), and the ratio with/without.
+(the stop and the write), and the ratio with/without; and rank 0's capture end by part, from its trace status
+(`stop_parts_s`: the profiler's stop, the Chrome-trace export, the gzip and rename).
 """
 from __future__ import annotations
 
@@ -50,9 +51,10 @@ def job(steps: int, out: str) -> None:
     dist.destroy_process_group()
 
 
-def one_run(steps: int, capture: str | None, ranks: int, port: int) -> tuple[list[float], list[float]]:
+def one_run(steps: int, capture: str | None, ranks: int, port: int) -> tuple[list[float], list[float], dict]:
     """Rank 0's step seconds of one run under `otel-gpu run`, wall clock and the rank's CPU time: element
-    k - 1 is step k as the ranks count it (step 1 opens at the first optimizer step, closes at the second)."""
+    k - 1 is step k as the ranks count it (step 1 opens at the first optimizer step, closes at the second);
+    and rank 0's `stop_parts_s` from its trace status (the capture's stop, export and write, s; {} without)."""
     with tempfile.TemporaryDirectory() as d:
         out = Path(d) / "ends.json"
         cmd = [sys.executable, "-m", "otel_gpu", "run", "--record", str(Path(d) / "run"), "--no-agent", "--no-report",
@@ -62,8 +64,10 @@ def one_run(steps: int, capture: str | None, ranks: int, port: int) -> tuple[lis
         env = dict(os.environ, PYTHONPATH=str(REPO))
         subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=900)
         ends = json.loads(out.read_text())
+        status = [json.loads(p.read_text()) for p in (Path(d) / "run" / "traces" / "ranks").glob("rank0-*.json")]
+    parts = (status[0].get("stop_parts_s") or {}) if status else {}
     return ([b[0] - a[0] for a, b in zip(ends, ends[1:])],    # [0] is the ranks' step 1 (opened at the first end)
-            [b[1] - a[1] for a, b in zip(ends, ends[1:])])
+            [b[1] - a[1] for a, b in zip(ends, ends[1:])], parts)
 
 
 def hook_cost(n: int = 200_000, repeat: int = 5) -> tuple[float, float, float]:
@@ -96,17 +100,26 @@ def hook_cost(n: int = 200_000, repeat: int = 5) -> tuple[float, float, float]:
                 per_step(Capture(Path(d), "0", window=(10**9, 10**9), watch=True)))
 
 
-def summarise(times: tuple[list[float], list[float]], a: int, b: int) -> dict:
+def summarise(times: tuple[list[float], list[float], dict], a: int, b: int) -> dict:
     """Median of the steps outside a-1..b+1 (wall and CPU), of a..b, and the slowest of a-1..b+1 (steps
-    from 1), in ms."""
-    wall, cpu = (dict(enumerate(x, 1)) for x in times)
+    from 1), in ms; rank 0's capture stop, export and write (ms, where its status has them)."""
+    wall, cpu = (dict(enumerate(x, 1)) for x in times[:2])
     outside = [n for n in wall if not a - 1 <= n <= b + 1]
     return {"outside_ms": 1000 * statistics.median(wall[n] for n in outside),
             "outside_cpu_ms": 1000 * statistics.median(cpu[n] for n in outside),
             "before_cpu_ms": 1000 * statistics.median(cpu[n] for n in outside if n < a),
             "after_cpu_ms": 1000 * statistics.median(cpu[n] for n in outside if n > b),
             "captured_ms": 1000 * statistics.median(wall[n] for n in wall if a <= n <= b),
-            "slowest_ms": 1000 * max(wall[n] for n in wall if a - 1 <= n <= b + 1)}
+            "slowest_ms": 1000 * max(wall[n] for n in wall if a - 1 <= n <= b + 1),
+            **{f"{k}_ms": 1000 * v for k, v in times[2].items() if isinstance(v, (int, float))}}
+
+
+def _parts(s: dict) -> str:
+    """The capture's end by part, as the rank's status gives it: stop, export, write (ms)."""
+    if "stop_ms" not in s:
+        return ""
+    return (f"; the capture's end: stop {s['stop_ms']:.1f} ms, export {s['export_ms']:.1f} ms, "
+            f"write (gzip, rename) {s['write_ms']:.1f} ms")
 
 
 def main() -> int:
@@ -131,11 +144,12 @@ def main() -> int:
             print(f"round {r + 1} {'with' if capture else 'without'} --trace-steps {args.capture}: median step outside "
                   f"{a - 1}-{b + 1} {s['outside_ms']:.2f} ms (CPU {s['outside_cpu_ms']:.2f} ms: {s['before_cpu_ms']:.2f} before, "
                   f"{s['after_cpu_ms']:.2f} after); steps {a}-{b} {s['captured_ms']:.2f} ms; "
-                  f"slowest of {a - 1}-{b + 1} {s['slowest_ms']:.2f} ms", flush=True)
+                  f"slowest of {a - 1}-{b + 1} {s['slowest_ms']:.2f} ms" + _parts(s), flush=True)
     ratios = [w["outside_ms"] / o["outside_ms"] for w, o in zip(with_, without)]
     cpu = [w["outside_cpu_ms"] / o["outside_cpu_ms"] for w, o in zip(with_, without)]
     med = {k: statistics.median(x[k] for x in with_) for k in with_[0]}
     base = {k: statistics.median(x[k] for x in without) for k in without[0]}
+    print(f"rank 0, median over {args.rounds} rounds{_parts(med) or ': the capture end is not in its status'}")
     print(f"median over {args.rounds} rounds, {args.ranks} ranks, {args.steps} steps: outside the capture "
           f"{med['outside_ms']:.2f} ms with vs {base['outside_ms']:.2f} ms without = "
           f"{med['outside_ms'] / base['outside_ms']:.3f}x (median of the rounds' own ratios "

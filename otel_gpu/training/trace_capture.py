@@ -66,6 +66,7 @@ class Capture:
         self.message = ""
         self.file: str | None = None
         self.stop_s: float | None = None      # seconds the last capture's stop and write took (in the next step)
+        self.stop_parts_s: dict | None = None  # the same, by part: stop, export (Chrome trace JSON), write (gzip, rename)
         self.answered: str | None = None      # the latest poll answered
         self.captured: list[float] = []       # host seconds of the captured steps
         self.recent: deque[float] = deque(maxlen=RECENT_STEPS)   # seconds of uncaptured steps
@@ -198,8 +199,10 @@ class Capture:
         tmp_gz = folder / f".{final.name}.{self._pid}.gz.tmp"
         try:
             prof.stop()
+            t1 = self.clock()
             folder.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(tmp_json))
+            t2 = self.clock()
             with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=3) as dst:
                 shutil.copyfileobj(src, dst, 1 << 20)
             os.replace(tmp_gz, final)
@@ -213,6 +216,7 @@ class Capture:
                 except OSError:
                     pass
         self.stop_s = self.clock() - t0
+        self.stop_parts_s = {"stop": t1 - t0, "export": t2 - t1, "write": t0 + self.stop_s - t2}
         self._skip = True
         self.file = str(final)
         self._say(cf.WRITTEN, f"steps {start}-{end} written to {final}", level=logging.INFO)
@@ -268,7 +272,7 @@ class Capture:
                "window": list(self.window) if self.window else None, "file": self.file, "message": self.message,
                "step_s": _median(recent[-POLL_STEPS:]), "captured_step_s": list(self.captured),
                "unprofiled_median_s": _median(recent), "unprofiled_steps": len(recent), "stop_s": self.stop_s,
-               "stacks": self.stacks}
+               "stop_parts_s": self.stop_parts_s, "stacks": self.stacks}
         doc.update(override)
         return doc
 
