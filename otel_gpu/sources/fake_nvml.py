@@ -42,10 +42,12 @@ _GPM_VALUES = ("NVML_GPM_METRIC_SM_UTIL", "NVML_GPM_METRIC_SM_OCCUPANCY", "NVML_
 
 @dataclass(frozen=True)
 class FakeCost:
-    """What one call costs: `cpu_s` seconds of CPU (busy, GIL released) and `sleep_s` seconds asleep."""
+    """What one call costs: `cpu_s` seconds of CPU (busy, GIL released) and `sleep_s` seconds asleep, and
+    `first_sleep_s` seconds more asleep in the function's first call on each GPU (a one-time set-up)."""
 
     cpu_s: float = 0.0
     sleep_s: float = 0.0
+    first_sleep_s: float = 0.0
 
 
 # Per-call cost on an H100 80GB HBM3, driver 580.159.04 (wall / CPU of 100 calls each): the energy
@@ -295,6 +297,7 @@ class FakeNvml:
         root = h.parent or h
         with self._lock:
             self.calls[(fn, h.index)] += 1
+            first = self.calls[(fn, h.index)] == 1
             lost_after = root.spec.lost_after_reads
             if lost_after is not None:   # a read ends when a call repeats with the same arguments
                 key = (fn, _key(args))
@@ -308,6 +311,8 @@ class FakeNvml:
         cost = self.costs.get(fn)
         if cost is not None:
             spend(cost)
+            if first and cost.first_sleep_s > 0:
+                time.sleep(cost.first_sleep_s)
         if root.lost:
             raise _err(pynvml.NVML_ERROR_GPU_IS_LOST)
         if h.destroyed:

@@ -28,13 +28,20 @@ TIMED_CALLS = 3          # calls timed per field and device before its cost coun
 
 @dataclass
 class CallCost:
-    """Wall and CPU seconds of the timed calls of one field on one device (median of the last few)."""
+    """Wall and CPU seconds of the timed calls of one field on one device: the first call apart (it carries
+    NVML's one-time set-up of the function), the median of the last few after it as the cost of a call."""
 
     call: str
-    walls: list[float] = field(default_factory=list)
+    walls: list[float] = field(default_factory=list)   # s, calls after the first
     cpus: list[float] = field(default_factory=list)
+    first_wall_s: float | None = None
+    first_cpu_s: float | None = None
+    again: tuple | None = None   # (function, args) of the last timed call: doctor times a getter again
 
     def add(self, wall_s: float, cpu_s: float) -> None:
+        if self.first_wall_s is None:
+            self.first_wall_s, self.first_cpu_s = wall_s, cpu_s
+            return
         self.walls.append(wall_s)
         self.cpus.append(cpu_s)
         if len(self.walls) > 2 * TIMED_CALLS:
@@ -42,15 +49,20 @@ class CallCost:
 
     @property
     def known(self) -> bool:
-        return len(self.walls) >= TIMED_CALLS
+        return (self.first_wall_s is not None) + len(self.walls) >= TIMED_CALLS
+
+    @property
+    def steady(self) -> bool:
+        """A call after the first was timed: `wall_s` and `cpu_s` are per-call costs, set-up left out."""
+        return bool(self.walls)
 
     @property
     def wall_s(self) -> float:
-        return median(self.walls) if self.walls else 0.0
+        return median(self.walls) if self.walls else self.first_wall_s or 0.0
 
     @property
     def cpu_s(self) -> float:
-        return median(self.cpus) if self.cpus else 0.0
+        return median(self.cpus) if self.cpus else self.first_cpu_s or 0.0
 
     @property
     def costly(self) -> bool:
@@ -80,6 +92,7 @@ def timed(costs: dict[str, CallCost], key: str, call: str, fn: Callable, *args):
         if cost is None:
             cost = costs[key] = CallCost(call)
         cost.add(time.perf_counter() - t0, time.thread_time() - c0)
+        cost.again = (fn, args)
 
 
 def stretch(cpu_per_s_at_floor: float, budget: float = BUDGET_CPU) -> float:

@@ -23,6 +23,7 @@ from .nvml_device import KIB, MIB, MIG_RESCAN_S, SKIP, Device, DeviceLost
 
 PCIE_MIN_INTERVAL_S = 1.0   # seconds between nvmlDeviceGetPcieThroughput calls per device, at least
 ENERGY_MIN_INTERVAL_S = 10.0   # seconds between energy counter reads per device, at least (when costly)
+STEADY_CALLS = 3   # calls after the first that doctor's per-call cost is the median of
 GPM_PCIE = {"transmit": "NVML_GPM_METRIC_PCIE_TX_PER_SEC", "receive": "NVML_GPM_METRIC_PCIE_RX_PER_SEC"}
 FIELDS = ("utilization", "memory", "power", "power_limit", "energy", "temperature", "clock_sm", "clock_memory",
           "clock_events", "ecc_corrected", "ecc_uncorrected", "pcie_transmit", "pcie_receive", "nvlink",
@@ -190,10 +191,10 @@ class CostlyFields:
         return out
 
     # ---- doctor ------------------------------------------------------------------------
-    def field_costs(self) -> list[dict]:
-        """Per field: its NVML call, its cost on this node (median over the GPUs, ms a call, wall
-        and CPU) and how often it is read. The PCIe throughput call, not made where GPM gives
-        PCIe rates, is timed here once so its cost shows too."""
+    def time_calls(self) -> None:
+        """For doctor's per-call costs: each getter of each live GPU timed again until STEADY_CALLS calls after
+        its first are timed, and the PCIe throughput call, not made where GPM gives PCIe rates, timed on one GPU
+        so its cost shows too."""
         live = [d for d in self._devices if d.probed and not d.failed]
         for d in live[:1]:
             if "pcie_transmit" not in d.costs and "pcie_transmit" not in d.unsupported:
@@ -206,13 +207,26 @@ class CostlyFields:
                     d.costs.pop("pcie_transmit", None)
                     if E.classify(err) == E.UNSUPPORTED:
                         d.unsupported["pcie_transmit"] = E.describe_error(err)
+        for d in live:
+            for name in list(d.costs):
+                _time_again(d, name)
+
+    def field_costs(self) -> list[dict]:
+        """Per field: its NVML call, its cost on this node (median over the GPUs) and how often it is read. The
+        cost of a call (ms, wall and CPU) is the median of the calls after the first (`time_calls` makes them);
+        the first call, which carries NVML's one-time set-up, is shown apart (`first_ms`, wall). A field
+        whose calls after the first were not timed (a GPM sample: each one is an interval of GPM's own) has no
+        per-call cost (None)."""
+        live = [d for d in self._devices if d.probed and not d.failed]
         rows = []
         for name in FIELDS + ("gpm",):
             costs = [d.costs[name] for d in live if name in d.costs]
+            steady = [c for c in costs if c.steady]
             unsupported = bool(live) and all(name in d.unsupported for d in live)
             rows.append({"field": name, "call": costs[0].call.replace("nvmlDevice", "") if costs else CALLS.get(name, "-"),
-                         "wall_ms": _ms(median(c.wall_s for c in costs)) if costs else None,
-                         "cpu_ms": _ms(median(c.cpu_s for c in costs)) if costs else None,
+                         "wall_ms": _ms(median(c.wall_s for c in steady)) if steady else None,
+                         "cpu_ms": _ms(median(c.cpu_s for c in steady)) if steady else None,
+                         "first_ms": _ms(median(c.first_wall_s for c in costs)) if costs else None,
                          "read": "unsupported" if unsupported else self._how_read(name, live)})
         return rows
 
@@ -235,6 +249,20 @@ class CostlyFields:
         if name == "gpm":
             return gpm_how_read(self.interval_s)
         return "every sample"
+
+
+def _time_again(dev: Device, name: str) -> None:
+    """Time `dev`'s getter of field `name` again until STEADY_CALLS calls after its first are timed (getters
+    only: they change nothing; an error ends it, the sampling round judges errors)."""
+    cost = dev.costs[name]
+    if cost.again is None or not cost.call.startswith("nvmlDeviceGet") or name in dev.unsupported:
+        return
+    fn, args = cost.again
+    try:
+        while len(cost.walls) < STEADY_CALLS:
+            timed(dev.costs, name, cost.call, fn, *args)
+    except pynvml.NVMLError:
+        return
 
 
 def gpm_how_read(interval_s: float | None) -> str:

@@ -52,7 +52,8 @@ def test_costly_is_measured_not_named():
     c = CallCost("f")
     for w in (0.001, 0.003, 0.002):
         c.add(w, w / 2)
-    assert c.known and c.wall_s == 0.002 and c.cpu_s == 0.001
+    assert c.known and c.wall_s == 0.0025 and c.cpu_s == 0.00125   # the calls after the first
+    assert c.first_wall_s == 0.001 and c.first_cpu_s == 0.0005
 
 
 def test_slow_path_and_cadence_read_the_same_values():
@@ -193,6 +194,7 @@ def test_a_gpu_lost_in_a_background_read_is_marked_failed_by_the_round():
 def test_doctor_lists_each_field_with_its_cost_and_cadence():
     src = NvmlSource(nvml=FakeNvml(gpus=[hopper()] * 2), background=True)
     try:
+        src.time_calls()   # as doctor does: calls after the first, for per-call costs
         rows = {r["field"]: r for r in src.describe()["field_costs"]}
     finally:
         src.close()
