@@ -50,3 +50,20 @@ def test_the_doctor_command_shows_per_call_costs():
     for field in ("utilization", "power", "energy", "pcie_transmit", "processes"):
         assert rows[field]["wall_ms"] is not None and rows[field]["first_ms"] is not None, rows[field]
     assert rows["energy"]["cpu_ms"] >= 3.5 and rows["pcie_transmit"]["wall_ms"] >= 20   # the fake's H100 costs
+
+
+def test_getters_are_timed_again_through_each_backend(backend):
+    """The same table from the fake, from pynvml on the C stand-in and (marked `gpu`) from real NVML: each getter
+    the probe called has a per-call cost and a first call, and timing them again counts no error."""
+    kind, nvml = backend
+    src = NvmlSource(nvml=nvml)
+    try:
+        src.time_calls()
+        desc = src.describe()
+    finally:
+        src.close()
+    rows = {r["field"]: r for r in desc["field_costs"]}
+    for field in ("utilization", "memory", "power", "temperature", "processes"):
+        if rows[field]["read"] != "unsupported":
+            assert rows[field]["wall_ms"] is not None and rows[field]["first_ms"] is not None, (kind, rows[field])
+    assert src.partial_errors == 0, (kind, desc["gpus"][0]["errors"])
