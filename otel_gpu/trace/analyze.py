@@ -54,25 +54,32 @@ def _for_csv(pairs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return out
 
 
-def _kernel_sequences(views, opts: Options, notes: list[str]) -> list[dict]:
-    """Frequent kernel sequences of every rank for each requested operator (one call graph per rank)."""
+def _kernel_sequences(v, opts: Options) -> tuple[list[dict], list[str]]:
+    """One rank's frequent kernel sequences for each requested operator (one call graph), and its notes."""
     rows: list[dict] = []
-    for v in views:
-        cs = call_stack.build(v)
-        notes += [f"rank {v.rank}: {n}" for n in cs.notes]
-        for op in opts.kernel_sequences:
-            got, why = kernel_sequences.frequent_sequences(v, cs, op, opts.min_pattern_len)
-            rows += got
-            if why:
-                notes.append(f"rank {v.rank}: no frequent kernel sequences under {op!r}: {why}")
-    return rows
+    cs = call_stack.build(v)
+    notes = [f"rank {v.rank}: {n}" for n in cs.notes]
+    for op in opts.kernel_sequences:
+        got, why = kernel_sequences.frequent_sequences(v, cs, op, opts.min_pattern_len)
+        rows += got
+        if why:
+            notes.append(f"rank {v.rank}: no frequent kernel sequences under {op!r}: {why}")
+    return rows, notes
 
 
-def _one_rank(v, opts: Options, many: bool = True, keep_file=rank_csv.packed) -> dict:
+def one_rank(v, opts: Options, many: bool = True, keep_file=rank_csv.packed, gpu_time: bool = False) -> dict:
     """Everything computed from one rank alone (run in a worker process when there are several);
-    ``many``: the set has several ranks (the straggler analysis runs); ``keep_file``: see ``analyze``."""
+    ``many``: the set has several ranks (the straggler analysis runs); ``keep_file``: see ``analyze``;
+    ``gpu_time``: also the rank's GPU time by launching stack (:mod:`.gpu_flame`)."""
     try:
-        return _rank_results(v, opts, many, keep_file)
+        out = _rank_results(v, opts, many, keep_file)
+        out["annotations"] = annotations.user_annotation_breakdown([v])
+        out["sequences"] = _kernel_sequences(v, opts) if opts.kernel_sequences else ([], [])
+        if gpu_time:
+            from .gpu_flame import gpu_time_stacks
+            out["gpu_time"] = gpu_time_stacks(v)
+        out["source"] = (v.ev.path, bool(v.ev.meta.get("record_shapes")))
+        return out
     finally:
         v.clear_cache()   # what the analyses shared is not kept with the rank
 
@@ -134,7 +141,7 @@ def _pool_groups(packed: list[tuple]) -> dict[tuple[str, str], tuple[np.ndarray,
     return out
 
 
-def _share_strings(p: dict) -> dict:
+def share_strings(p: dict) -> dict:
     """One rank's result with its op and kernel-sequence names interned: every rank's result comes
     back from a worker with its own copies of the same long names; interned, the ranks share them
     (top-kernel names too)."""
@@ -156,18 +163,28 @@ def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None,
     compressed text, see :mod:`rank_csv`; None: the files are not made).
 
     What each rank needs alone is computed in ``jobs`` forked workers (default one per core) when
-    the set is large enough to pay for them; the result is the same either way."""
+    the set is large enough to pay for them; the result is the same either way. (For a folder,
+    :func:`.set_workers.analyze_folder` reads and analyses each rank in the same worker instead.)"""
     opts = opts or Options()
     views = list(ts.ranks.values())
-    notes = list(ts.notes)
     if jobs is None and sum(len(v.rows) for v in views) < PARALLEL_MIN_ROWS:
         jobs = 1
-    # np.unique imports numpy.ma on its first call (numpy 2): once here, before the workers fork,
-    # rather than once in each worker and again in this process
+    prepare_workers()
+    per = fork_map(partial(one_rank, opts=opts, many=len(views) > 1, keep_file=keep_file), views, jobs,
+                   post=share_strings)
+    return combine(ts.path, [v.rank for v in views], per, list(ts.notes), ts.steps_filtered, opts)
+
+
+def prepare_workers() -> None:
+    """What to import once before worker processes fork: np.unique imports numpy.ma on its first
+    call (numpy 2), once here rather than once in each worker and again in this process."""
     import numpy.ma  # noqa: F401
-    per = fork_map(partial(_one_rank, opts=opts, many=len(views) > 1, keep_file=keep_file), views, jobs,
-                   post=_share_strings)
-    temporal = {v.rank: p["temporal"] for v, p in zip(views, per)}
+
+
+def combine(path: str, ranks: list[int], per: list[dict], notes: list[str], steps_filtered: bool,
+            opts: Options) -> dict:
+    """The result document from every rank's ``one_rank`` results (in ``ranks``' order)."""
+    temporal = {r: p["temporal"] for r, p in zip(ranks, per)}
     types, kernels = breakdown.combine_kernel_breakdowns([p["kernels"] for p in per])
     idle_rows = [r for p in per for r in p["idle"]]
     idle_stats = [r for p in per for r in p["idle_stats"]]
@@ -187,23 +204,24 @@ def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None,
     # pooled means are those of one list of all launches
     aten_all = aten_ops.summarize_groups(_pool_groups([p["aten_groups"] for p in per]))
     paths = [p["critical_path"] for p in per] if opts.critical_path else []
-    potential = stragglers.combine([p["stragglers"] for p in per], opts.straggler_candidates) if len(views) > 1 else \
+    potential = stragglers.combine([p["stragglers"] for p in per], opts.straggler_candidates) if len(ranks) > 1 else \
         {"ranks": [], "counts": {}, "error": "one rank"}
-    cross = cross_rank_summary(views, [t for t in temporal.values() if t], [p["steps"] for p in per])
-    checks = finish_checks([c for p in per for c in p["checks"]], views)
+    cross = cross_rank_summary(ranks, [t for t in temporal.values() if t], [p["steps"] for p in per])
+    checks = finish_checks([c for p in per for c in p["checks"]], {r: p["source"] for r, p in zip(ranks, per)})
     findings = group_findings(checks, opts.thresholds)
     sequences = {}
     if opts.kernel_sequences:
-        seq = _kernel_sequences(views, opts, notes)
+        seq = [row for p in per for row in p["sequences"][0]]
+        notes += [n for p in per for n in p["sequences"][1]]
         sequences = {"kernel_sequences_request": {"operators": list(opts.kernel_sequences),
                                                   "min_pattern_len": opts.min_pattern_len},
                      "kernel_sequences": seq, "kernel_sequences_all_ranks": kernel_sequences.pool_ranks(seq)}
     return {
-        "trace_dir": ts.path,
-        "ranks": [v.rank for v in views],
-        "files": {str(v.rank): v.ev.path for v in views},
+        "trace_dir": path,
+        "ranks": list(ranks),
+        "files": {str(r): p["source"][0] for r, p in zip(ranks, per)},
         "notes": notes,
-        "last_step_excluded": ts.steps_filtered,
+        "last_step_excluded": steps_filtered,
         "temporal_breakdown": [t for t in temporal.values() if t],
         "kernel_type_breakdown": types,
         "kernel_breakdown": kernels,
@@ -215,7 +233,8 @@ def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None,
         "queue_full_blocked": blocked,
         "memory_bw_summary": membw,
         "potential_stragglers": potential,
-        "gpu_user_annotation_breakdown": annotations.user_annotation_breakdown(views),
+        "gpu_user_annotation_breakdown": sorted((r for p in per for r in p["annotations"]),
+                                                key=lambda r: (r["rank"], r["name"])),
         "kernels_per_annotation": [r for p in per for r in p["per_annotation"]],
         "aten_op_kernels": aten,
         "aten_op_kernels_all_ranks": aten_all,
@@ -225,9 +244,9 @@ def analyze(ts: TraceSet, opts: Options | None = None, jobs: int | None = None,
         "findings": findings,
         "checks": checks,
         "thresholds": thresholds_dict(opts.thresholds),
-        "_views": views,
         "_rank_csv": [p["csv"] for p in per],  # per-rank time-series and launch-pair CSVs, as keep_file made them
         "_aten_csv": [p["aten_csv"] for p in per],  # each rank's aten_op_kernels.csv lines: (columns, compressed)
+        "_gpu_time": {r: p["gpu_time"] for r, p in zip(ranks, per) if "gpu_time" in p},  # rank -> stacks (ns)
     }
 
 

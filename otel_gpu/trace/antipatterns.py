@@ -160,24 +160,24 @@ def shapes_where(shapes: dict[int, dict], ext_ids: list[int], top: int = 3, gemm
     return {**out, "misaligned_dims": sorted(bad)[:10]} if gemm else out
 
 
-def add_shapes(checks: list[dict], views: dict) -> None:
+def add_shapes(checks: list[dict], sources: dict[int, tuple[str, bool]]) -> None:
     """Name the operators' input shapes on the worst rank of each reported pattern that has kernels
-    or copies behind it, when the trace recorded shapes; the private id lists are dropped. A file
-    is read once for all the patterns whose worst rank it holds."""
+    or copies behind it, when the trace recorded shapes (``sources``: rank -> (trace file, shapes
+    recorded)); the private id lists are dropped. A file is read once for all the patterns whose
+    worst rank it holds."""
     wanted: dict[int, list[tuple[dict, list[int], str]]] = {}   # rank -> (check, its ids, pattern)
     for pattern in SHAPE_PATTERNS:
         hit = [c for c in checks if c["pattern"] == pattern and "_shape_ext" in c]
         if not hit:
             continue
         worst = max(hit, key=lambda c: c["time_at_stake_us"])
-        v = views[worst["rank"]]
-        if not v.ev.meta.get("record_shapes"):
+        if not sources[worst["rank"]][1]:
             worst["where"]["shapes"] = "not in the trace (profile with record_shapes=True)"
             continue
         ext = [e for e in worst["_shape_ext"] if e >= 0][:5000]
         wanted.setdefault(worst["rank"], []).append((worst, ext, pattern))
     for rank, asks in wanted.items():
-        shapes, why = input_shapes(views[rank].ev.path, {e for _, ext, _ in asks for e in ext})
+        shapes, why = input_shapes(sources[rank][0], {e for _, ext, _ in asks for e in ext})
         for worst, ext, pattern in asks:
             worst["where"].update(shapes_where(shapes, ext, gemm=pattern.startswith("gemm_")))
             if why and ext:   # (a pattern without ids asked for nothing: no note, as when read alone)

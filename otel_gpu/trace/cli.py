@@ -248,10 +248,11 @@ def run_analyze(args) -> int:
     gpu_flame_cli.check(args)
     if not args.kernel_sequences and (args.min_pattern_len is not None or args.top_k is not None):
         raise UsageError("--min-pattern-len and --top-k need --kernel-sequences OP")
-    ts = _load(args.dir, args.ranks, args.include_last_step, args.jobs, meanwhile=_import_analysis)
-    from .analyze import Options, analyze
-    from .report import csv_files, render_analysis, render_findings
+    from ..safe_text import visible
+    from .analyze import Options
+    from .parse import TraceFormatError
     from .report_files import RankFileStage, StageFailed
+    from .set_workers import WorkerFailed, analyze_folder
 
     opts = Options(num_kernels=args.num_kernels, duration_ratio=args.duration_ratio,
                    consecutive_kernel_delay=args.kernel_delay, runtime_cutoff=args.runtime_cutoff,
@@ -262,18 +263,25 @@ def run_analyze(args) -> int:
                    critical_path_instance=args.critical_path_step)
     opts.thresholds.runtime_cutoff_us = args.runtime_cutoff
     opts.thresholds.min_time_share_pct = args.min_impact
+    # GPU time by launching code, per rank (not made for --quiet alone: nothing shows it)
+    want_gpu_time = bool(not args.quiet or args.json_out or args.folded_dir or args.push_url)
     stage = None   # with --csv, each rank's own CSV files are staged where the rank is analysed
     try:
         if args.csv_dir:
             stage = RankFileStage(args.csv_dir, inputs)
-        doc = analyze(ts, opts, args.jobs, keep_file=stage)
-        gpu_time = None   # GPU time by launching code, per rank (not made for --quiet alone: nothing shows it)
-        if not args.quiet or args.json_out or args.folded_dir or args.push_url:
-            from .gpu_flame import set_stacks
-            gpu_time = set_stacks(ts)
+        doc = analyze_folder(args.dir, opts, args.ranks, args.include_last_step, args.jobs, keep_file=stage,
+                             gpu_time=want_gpu_time, meanwhile=_import_analysis)
+        gpu_time = doc.pop("_gpu_time") if want_gpu_time else None
+        if gpu_time is not None:
             doc["gpu_time_by_code"] = gpu_flame_cli.summary(gpu_time)
+        from .report import csv_files, render_analysis, render_findings   # (imported while the workers read)
         if not _write(args, doc, csv_files(doc) if args.csv_dir else None, inputs):
             return 1
+    except TraceFormatError as exc:
+        raise UsageError(str(exc)) from None
+    except WorkerFailed as exc:
+        print(f"otel-gpu trace: {visible(str(exc))}", file=sys.stderr)
+        return 1
     except StageFailed as exc:   # the --csv folder cannot be made, or a rank's file cannot be staged
         print(f"otel-gpu trace: cannot write outputs: {exc.strerror or exc} ({exc.filename or ''})",
               file=sys.stderr)

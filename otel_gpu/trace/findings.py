@@ -377,7 +377,7 @@ def check_ranks(views: list[RankView], temporal: dict[int, dict | None], idle_ro
     checks: list[dict] = []
     for v in views:
         checks += check_rank(v, temporal.get(v.rank), idle_rows, th)
-    return finish_checks(checks, views)
+    return finish_checks(checks, {v.rank: (v.ev.path, bool(v.ev.meta.get("record_shapes"))) for v in views})
 
 
 def check_rank(v: RankView, temporal: dict | None, idle_rows: list[dict], th: Thresholds,
@@ -396,9 +396,10 @@ def check_rank(v: RankView, temporal: dict | None, idle_rows: list[dict], th: Th
     return c.checks
 
 
-def finish_checks(checks: list[dict], views: list[RankView]) -> list[dict]:
-    """The checks of every rank, in rank order, with the worst pattern's shapes named."""
-    antipatterns.add_shapes(checks, {v.rank: v for v in views})
+def finish_checks(checks: list[dict], sources: dict[int, tuple[str, bool]]) -> list[dict]:
+    """The checks of every rank, in rank order, with the worst pattern's shapes named; ``sources``:
+    rank -> (its trace file, whether the trace recorded shapes)."""
+    antipatterns.add_shapes(checks, sources)
     return checks
 
 

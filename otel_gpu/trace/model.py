@@ -228,54 +228,78 @@ def load_events(paths: list[str], jobs: int | None = None,
     notes: list[str] = []
     for ev in _read_all(paths, jobs, meanwhile):
         ev.names = [sys.intern(n) for n in ev.names]  # ranks share their kernel and op names
-        p = ev.path
-        if ev.dropped:
-            notes.append(f"{p}: {count(sum(ev.dropped.values()), 'event')} not analysed ({describe_counts(ev.dropped)})")
-        if ev.rounded_short:
-            notes.append(f"{p}: {count(ev.rounded_short, 'event')} shorter than 1 us end before they start once times are "
-                         "rounded to whole us (start up, end down, as HTA does for nanosecond traces): 0 us here, "
-                         "-1 us in HTA")
-        if ev.clamped:
-            notes.append(f"{p}: {count(sum(ev.clamped.values()), 'event')} kept with a field cleared "
-                         f"({describe_counts(ev.clamped)})")
+        notes += read_notes(ev)
         if ev.rank in out:
-            notes.append(f"rank {ev.rank} appears in {out[ev.rank].path} and {p}; using {p}")
+            notes.append(duplicate_note(ev.rank, out[ev.rank].path, ev.path))
         out[ev.rank] = ev
     return out, notes
+
+
+def read_notes(ev: RankEvents) -> list[str]:
+    """What reading one file noticed: events dropped, rounded or kept with a field cleared."""
+    p, notes = ev.path, []
+    if ev.dropped:
+        notes.append(f"{p}: {count(sum(ev.dropped.values()), 'event')} not analysed ({describe_counts(ev.dropped)})")
+    if ev.rounded_short:
+        notes.append(f"{p}: {count(ev.rounded_short, 'event')} shorter than 1 us end before they start once times are "
+                     "rounded to whole us (start up, end down, as HTA does for nanosecond traces): 0 us here, "
+                     "-1 us in HTA")
+    if ev.clamped:
+        notes.append(f"{p}: {count(sum(ev.clamped.values()), 'event')} kept with a field cleared "
+                     f"({describe_counts(ev.clamped)})")
+    return notes
+
+
+def duplicate_note(rank: int, before: str, after: str) -> str:
+    return f"rank {rank} appears in {before} and {after}; using {after}"
+
+
+def step_names(ev: RankEvents) -> set[str]:
+    """The rank's ``ProfilerStep`` names (HTA's last-step rule counts them over the whole set)."""
+    return {n for n in ev.names if "ProfilerStep" in n}
+
+
+def step_rule(names: set[str], include_last_step: bool) -> tuple[bool, str]:
+    """(whether the last step is dropped, the note saying so) from the set's step names."""
+    if not names:
+        return False, "no ProfilerStep annotations: every kernel in the trace is analysed"
+    if len(names) == 1:
+        return False, "only one ProfilerStep: every kernel in the trace is analysed"
+    if include_last_step:
+        return False, "last ProfilerStep kept (--include-last-step)"
+    return True, "kernels launched in the last ProfilerStep are excluded (HTA default)"
+
+
+def rank_view(ev: RankEvents, filtered: bool, ts0: int) -> RankView:
+    """One rank as HTA keeps it (``ts0``: the set's earliest event, us); frees ``ev.derived``."""
+    ic, last_step_rows = ev.derived or derive(ev)
+    ev.derived = None
+    small = ev.index.dtype == np.int32  # file positions (and so row numbers) fit int32: half the memory
+    rows = last_step_rows if filtered else np.arange(len(ev), dtype=np.int32 if small else np.int64)
+    return RankView(ev.rank, ev, rows, ic, ts0=ts0, last_step_dropped=filtered)
+
+
+def first_ts(ev: RankEvents) -> int | None:
+    """The rank's earliest event start (us), None without events."""
+    return int(ev.ts.min()) if len(ev) else None
+
+
+def cpu_only_note(v: RankView) -> str | None:
+    if not (v.ev.stream[v.rows] != -1).any():
+        return f"rank {v.rank}: no GPU events (CPU-only trace): only CPU-side results"
+    return None
 
 
 def build_set(path: str, events: dict[int, RankEvents], notes: list[str] | None = None,
               include_last_step: bool = False) -> TraceSet:
     """Apply HTA's load-time filtering to already read ranks."""
     notes = list(notes or [])
-    step_names = set()
-    for ev in events.values():
-        step_names.update(n for n in ev.names if "ProfilerStep" in n)
-    filtered = len(step_names) >= 2 and not include_last_step
-    if not step_names:
-        notes.append("no ProfilerStep annotations: every kernel in the trace is analysed")
-    elif len(step_names) == 1:
-        notes.append("only one ProfilerStep: every kernel in the trace is analysed")
-    elif include_last_step:
-        notes.append("last ProfilerStep kept (--include-last-step)")
-    else:
-        notes.append("kernels launched in the last ProfilerStep are excluded (HTA default)")
-    views: dict[int, RankView] = {}
-    ts0 = None
-    for rank in sorted(events):
-        ev = events[rank]
-        ic, last_step_rows = ev.derived or derive(ev)
-        ev.derived = None
-        small = ev.index.dtype == np.int32  # file positions (and so row numbers) fit int32: half the memory
-        rows = last_step_rows if filtered else np.arange(len(ev), dtype=np.int32 if small else np.int64)
-        views[rank] = RankView(rank, ev, rows, ic, last_step_dropped=filtered)
-        if len(ev):
-            m = int(ev.ts.min())
-            ts0 = m if ts0 is None else min(ts0, m)
-    for v in views.values():
-        v.ts0 = ts0 or 0
-        if not (v.ev.stream[v.rows] != -1).any():
-            notes.append(f"rank {v.rank}: no GPU events (CPU-only trace): only CPU-side results")
+    filtered, note = step_rule(set().union(*map(step_names, events.values())), include_last_step)
+    notes.append(note)
+    starts = [t for t in map(first_ts, events.values()) if t is not None]
+    ts0 = min(starts) if starts else 0
+    views = {rank: rank_view(events[rank], filtered, ts0) for rank in sorted(events)}
+    notes += [n for n in map(cpu_only_note, views.values()) if n]
     return TraceSet(path, views, notes, filtered)
 
 
@@ -292,10 +316,15 @@ def load_set(directory: str, ranks: list[int] | None = None, include_last_step: 
     files, skipped = find_trace_files(directory)
     events, notes = load_events(files, jobs, meanwhile)
     notes = skipped + notes
-    if ranks:
-        missing = sorted(set(ranks) - set(events))
-        if missing:
-            raise TraceFormatError(f"{directory}: no trace for {_rank_list(missing)}; "
-                                   f"found {_rank_list(sorted(events))}")
-        events = {r: events[r] for r in ranks}
-    return build_set(directory, events, notes, include_last_step)
+    return build_set(directory, asked_ranks(directory, events, ranks), notes, include_last_step)
+
+
+def asked_ranks(directory: str, found: dict, ranks: list[int] | None) -> dict:
+    """``found`` (rank -> anything) cut to the ``ranks`` asked for (all when none); a rank asked for
+    that the folder lacks raises TraceFormatError."""
+    if not ranks:
+        return found
+    missing = sorted(set(ranks) - set(found))
+    if missing:
+        raise TraceFormatError(f"{directory}: no trace for {_rank_list(missing)}; found {_rank_list(sorted(found))}")
+    return {r: found[r] for r in ranks}

@@ -99,18 +99,16 @@ def rank_steps(v: RankView) -> dict[int, dict]:
     return {n: {"step_us": b - a, "comm_us": comm[n], "busy_us": max(0.0, (b - a) - comm[n])} for n, a, b in w}
 
 
-def cross_rank_summary(views: list[RankView], temporal: list[dict], steps_of: list[dict] | None = None) -> dict:
+def cross_rank_summary(ranks: list[int], temporal: list[dict], steps_of: list[dict]) -> dict:
     """Per-step times per rank and the straggler of each step.
 
     Ranks of a synchronous job finish a step together: the others wait for the slowest inside
     collectives. So the straggler of a step is the rank with the most *busy* time (step time
     minus communication time, us); ``excess_us`` is its busy time minus the median rank's and
-    ``imbalance_pct`` is 100 * (max - mean) / mean of busy time. ``steps_of``: the views'
-    ``rank_steps`` when already computed (in the views' order).
+    ``imbalance_pct`` is 100 * (max - mean) / mean of busy time. ``steps_of``: each rank's
+    ``rank_steps`` (in ``ranks``' order).
     """
-    per_rank: dict[int, dict[int, dict]] = {}
-    for i, v in enumerate(views):
-        per_rank[v.rank] = rank_steps(v) if steps_of is None else steps_of[i]
+    per_rank: dict[int, dict[int, dict]] = dict(zip(ranks, steps_of))
     steps = sorted({s_ for d in per_rank.values() for s_ in d})
     rows = []
     for s_ in steps:
@@ -129,9 +127,9 @@ def cross_rank_summary(views: list[RankView], temporal: list[dict], steps_of: li
     for r in rows:
         if r["ranks"] > 1:
             counts[r["straggler_rank"]] = counts.get(r["straggler_rank"], 0) + 1
-    summary: dict = {"ranks": [v.rank for v in views], "steps": rows,
+    summary: dict = {"ranks": list(ranks), "steps": rows,
                      "straggler_counts": {str(k): n for k, n in sorted(counts.items())}}
-    if len(views) > 1 and rows:
+    if len(ranks) > 1 and rows:
         tot = {r: sum(c["busy_us"] for c in d.values()) for r, d in per_rank.items() if d}
         worst = max(tot, key=lambda r: tot[r])
         med = float(np.median(list(tot.values())))
