@@ -44,8 +44,8 @@ _ID = re.compile(r"[0-9a-f]{1,32}", re.ASCII)
 CAPTURE_DIR = re.compile(r"steps-(\d{1,10})-(\d{1,10})", re.ASCII)
 
 # a rank's states (Status "state")
-IDLE, ARMED, CAPTURING, WRITTEN, MISSED, FAILED, ENDED = \
-    "idle", "armed", "capturing", "written", "missed", "failed", "ended"
+IDLE, ARMED, CAPTURING, WRITING, WRITTEN, MISSED, FAILED, ENDED = \
+    "idle", "armed", "capturing", "writing", "written", "missed", "failed", "ended"
 FINAL = (WRITTEN, MISSED, FAILED, ENDED)   # what a capture ends as on a rank
 
 

@@ -88,7 +88,7 @@ def not_captured(statuses: list[dict], wanted: tuple[int, int] | None) -> list[s
         state, window = s["state"], s.get("window")
         if state in (cf.ENDED, cf.MISSED, cf.FAILED):
             reason = visible(str(s.get("message") or state)[:MESSAGE_MAX])
-        elif state in (cf.ARMED, cf.CAPTURING) and isinstance(window, list) and len(window) == 2:
+        elif state in (cf.ARMED, cf.CAPTURING, cf.WRITING) and isinstance(window, list) and len(window) == 2:
             reason = (f"steps {window[0]}-{window[1]} not captured: the rank stopped reporting at step {s['step']} "
                       f"({state})")
         else:

@@ -7,8 +7,10 @@ one stat of the request file at most once a second, at a step boundary. torch.pr
 (nor imported by us) before step A opens: then it starts with CPU activity, CUDA too where
 torch.cuda.is_available(), shapes and modules on, Python stacks unless $OTELGPU_TRACE_STACKS is 0, and each
 captured step is marked `ProfilerStep#N`. When step B closes it stops (the device synchronised first, as torch
-does) and the trace is written whole: a temporary file, gzip'd, renamed. Any failure is one log line, the
-capture is abandoned with nothing left behind, and the training goes on.
+does) and its Chrome trace is exported to a temporary file, on the training thread; a background thread
+then gzips it and renames it into place (trace_writer.py), so the trace is written whole or not at all,
+and the process waits for it at exit (EXIT_WAIT_S at most, then drops it). Any failure is one log line,
+the capture is abandoned with nothing left behind, and the training goes on.
 
 The profiler is started, marked and stopped on one thread only: the one whose step boundary started it (the
 training thread). A boundary seen on another thread while capturing counts the step but touches nothing of
@@ -20,10 +22,8 @@ from __future__ import annotations
 
 import atexit
 import errno
-import gzip
 import logging
 import os
-import shutil
 import statistics
 import threading
 import time
@@ -34,11 +34,13 @@ from typing import Mapping
 from ..errors import ConfigError
 from ..trace import capture_files as cf
 from ..values import switch
+from .trace_writer import Writer
 
 log = logging.getLogger("otel_gpu.training")
 
 RECENT_STEPS = 4096      # uncaptured step times kept (the unprofiled median's basis)
 POLL_STEPS = 64          # the latest of them that a poll answer's step time is the median of
+EXIT_WAIT_S = 30.0       # how long the process waits at exit for a trace being gzip'd before dropping it
 
 
 def _median(values) -> float | None:
@@ -65,8 +67,11 @@ class Capture:
         self.state = cf.ARMED if window else cf.IDLE
         self.message = ""
         self.file: str | None = None
-        self.stop_s: float | None = None      # seconds the last capture's stop and write took (in the next step)
-        self.stop_parts_s: dict | None = None  # the same, by part: stop, export (Chrome trace JSON), write (gzip, rename)
+        self.stop_s: float | None = None      # seconds the last capture's stop and export took on the training thread
+        self.stop_parts_s: dict | None = None  # by part: stop, export (Chrome trace JSON); write (gzip, rename:
+                                               # on the writer's thread)
+        self._writer: Writer | None = None    # the trace being gzip'd (state WRITING)
+        self._lock = threading.Lock()         # one status write at a time (the training and the writer's threads)
         self.answered: str | None = None      # the latest poll answered
         self.captured: list[float] = []       # host seconds of the captured steps
         self.recent: deque[float] = deque(maxlen=RECENT_STEPS)   # seconds of uncaptured steps
@@ -142,7 +147,7 @@ class Capture:
             self.write_status()
             return
         start, end = req["start"], req["end"]
-        if self.state in (cf.ARMED, cf.CAPTURING):
+        if self.state in (cf.ARMED, cf.CAPTURING, cf.WRITING):
             self._say(cf.FAILED, f"steps {start}-{end} not captured: busy with steps "
                                  f"{self.window[0]}-{self.window[1]}", request=req["id"], keep=True)
             return
@@ -203,23 +208,33 @@ class Capture:
             folder.mkdir(parents=True, exist_ok=True)
             prof.export_chrome_trace(str(tmp_json))
             t2 = self.clock()
-            with open(tmp_json, "rb") as src, gzip.open(tmp_gz, "wb", compresslevel=3) as dst:
-                shutil.copyfileobj(src, dst, 1 << 20)
-            os.replace(tmp_gz, final)
         except Exception as exc:  # a full disk, a profiler error: said once, nothing half-written
+            try:
+                tmp_json.unlink()
+            except OSError:
+                pass
             self._abandon(f"the trace was not written: {exc!r}")
             return
-        finally:
-            for tmp in (tmp_json, tmp_gz):
-                try:
-                    tmp.unlink()
-                except OSError:
-                    pass
-        self.stop_s = self.clock() - t0
-        self.stop_parts_s = {"stop": t1 - t0, "export": t2 - t1, "write": t0 + self.stop_s - t2}
+        self.stop_s = t2 - t0
+        self.stop_parts_s = {"stop": t1 - t0, "export": t2 - t1, "write": None}
         self._skip = True
-        self.file = str(final)
-        self._say(cf.WRITTEN, f"steps {start}-{end} written to {final}", level=logging.INFO)
+        self.state = cf.WRITING
+
+        def written(seconds: float, error: BaseException | None) -> None:   # on the writer's thread
+            self.stop_parts_s = {**self.stop_parts_s, "write": seconds}
+            if error is not None:
+                self._say(cf.FAILED, f"steps {start}-{end} abandoned: the trace was not written: {error!r}")
+                return
+            self.file = str(final)
+            self._say(cf.WRITTEN, f"steps {start}-{end} written to {final}", level=logging.INFO)
+
+        self._writer = Writer(tmp_json, tmp_gz, final, written)
+        self._writer.start()
+
+    def flush(self, wait_s: float = EXIT_WAIT_S) -> bool:
+        """Wait up to `wait_s` s for a trace being written, then drop it; True when none is left pending."""
+        writer = self._writer
+        return writer is None or writer.finish(wait_s)
 
     def _missed(self, at: int) -> None:
         start, end = self.window
@@ -279,7 +294,8 @@ class Capture:
     def write_status(self, **override) -> bool:
         import json
         try:
-            cf.write_whole(self.status_path, json.dumps(self.status(**override)))
+            with self._lock:   # the doc and its file together: the last file written has the latest state
+                cf.write_whole(self.status_path, json.dumps(self.status(**override)))
             return True
         except OSError as exc:
             # a full disk is said once, by `run` for its recording: the rank's status adds nothing to that
@@ -294,6 +310,10 @@ class Capture:
         if os.getpid() != self._pid:
             return
         try:
+            if self.state == cf.WRITING and not self.flush(EXIT_WAIT_S) and self.state == cf.WRITING:
+                self.state = cf.ENDED   # the writer is stuck (a hung file system): said, and left to the exit
+                self.message = f"steps {self.window[0]}-{self.window[1]}: the job ended while its trace was being " \
+                               f"written; no trace written"
             if self.state == cf.ARMED:
                 self.state = cf.ENDED
                 self.message = f"steps {self.window[0]}-{self.window[1]} not captured: the job ended at step " \

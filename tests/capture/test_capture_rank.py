@@ -61,15 +61,19 @@ def test_steps_a_to_b_only_are_profiled_and_written_whole(tmp_path):
     capture = install({cf.TRACE_STEPS: "3-4", cf.TRACE_DIR: str(tmp_path)}, "0", timer)
     assert capture is not None and timer.step_listener is capture
     seen: list[bool] = []
-    train(timer, 8, seen)
+    train(timer, 5, seen)   # step 4 closes: the profiler stops, the trace is gzip'd on another thread
+    assert capture.state in (cf.WRITING, cf.WRITTEN) and capture.flush(30)
+    train(timer, 3, seen)
     # after the mark that opens step k, the profiler is on iff k is in 3..4 (step k opens at mark k)
     assert seen == [False, False, True, True, False, False, False, False]
     trace = tmp_path / "steps-3-4" / "rank0.pt.trace.json.gz"
     assert step_marks(trace) == [3, 4]
     assert [p.name for p in (tmp_path / "steps-3-4").iterdir()] == [trace.name]   # no temporary file left
-    status = cf.read_statuses(tmp_path)[0]   # written as the capture ended
+    status = cf.read_statuses(tmp_path)[0]   # written as the trace was
     assert status["state"] == cf.WRITTEN and status["window"] == [3, 4] and status["step"] == 4
     assert len(status["captured_step_s"]) == 2
+    parts = status["stop_parts_s"]   # stop and export on this thread (stop_s), the write on the writer's
+    assert parts["write"] > 0 and status["stop_s"] == pytest.approx(parts["stop"] + parts["export"])
     capture.at_exit()   # the final count
     status = cf.read_statuses(tmp_path)[0]
     assert status["state"] == cf.WRITTEN and status["step"] == 7
@@ -78,10 +82,11 @@ def test_steps_a_to_b_only_are_profiled_and_written_whole(tmp_path):
 
 def test_user_driver_steps_are_marked_from_begin_to_end(tmp_path):
     timer = Timer(Sink())
-    install({cf.TRACE_STEPS: "2-2", cf.TRACE_DIR: str(tmp_path)}, "1", timer)
+    capture = install({cf.TRACE_STEPS: "2-2", cf.TRACE_DIR: str(tmp_path)}, "1", timer)
     for _ in range(3):
         with timer.step():
             work()
+    assert capture.flush(30)
     assert step_marks(tmp_path / "steps-2-2" / "rank1.pt.trace.json.gz") == [2]
     assert not profiler_on()
 
@@ -113,6 +118,7 @@ def test_requests_poll_capture_missed_and_busy(tmp_path):
     status = cf.read_statuses(tmp_path)[0]
     assert (status["request"], status["state"]) == ("dd", cf.FAILED) and "busy with steps 9-10" in status["message"]
     train(timer, 5)
+    assert capture.flush(30)
     status = cf.read_statuses(tmp_path)[0]
     assert (status["request"], status["state"]) == ("cc", cf.WRITTEN)
     assert step_marks(tmp_path / "steps-9-10" / "rank0.pt.trace.json.gz") == [9, 10]
@@ -165,7 +171,7 @@ def test_stacks_on_hook_every_python_thread_and_off_hook_none(tmp_path, raw, sta
     import threading
     env = {cf.TRACE_STEPS: "2-2", cf.TRACE_DIR: str(tmp_path)} | ({cf.TRACE_STACKS: raw} if raw else {})
     timer = Timer(Sink())
-    install(env, "0", timer)
+    capture = install(env, "0", timer)
     asked, seen, done = threading.Event(), [], threading.Event()
 
     def other():
@@ -181,7 +187,7 @@ def test_stacks_on_hook_every_python_thread_and_off_hook_none(tmp_path, raw, sta
     done.wait(10)
     train(timer, 1)
     helper.join()
-    assert profiler_on() is False and seen == [stacks, stacks]
+    assert capture.flush(30) and profiler_on() is False and seen == [stacks, stacks]
     status = cf.read_statuses(tmp_path)[0]
     assert status["state"] == cf.WRITTEN and status["stacks"] is stacks
     with gzip.open(tmp_path / "steps-2-2" / "rank0.pt.trace.json.gz", "rt") as f:
@@ -201,5 +207,14 @@ def test_a_boundary_on_another_thread_never_touches_the_profiler(tmp_path):
     elsewhere.join()
     assert profiler_on() and capture.state == cf.CAPTURING and capture.closed == 2
     train(timer, 1)   # the next boundary here stops it and writes step 2
-    assert not profiler_on() and cf.read_statuses(tmp_path)[0]["state"] == cf.WRITTEN
+    assert capture.flush(30) and not profiler_on() and cf.read_statuses(tmp_path)[0]["state"] == cf.WRITTEN
+    assert step_marks(tmp_path / "steps-2-2" / "rank0.pt.trace.json.gz") == [2]
+
+
+def test_the_process_exit_waits_for_the_trace_being_written(tmp_path):
+    timer = Timer(Sink())
+    capture = install({cf.TRACE_STEPS: "2-2", cf.TRACE_DIR: str(tmp_path)}, "0", timer)
+    train(timer, 3)   # step 2 closed: its trace goes to the writer
+    capture.at_exit()
+    assert cf.read_statuses(tmp_path)[0]["state"] == cf.WRITTEN
     assert step_marks(tmp_path / "steps-2-2" / "rank0.pt.trace.json.gz") == [2]
