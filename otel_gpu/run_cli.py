@@ -41,7 +41,9 @@ DEFAULT_OTLP = "http://localhost:4318"   # the OTLP/HTTP default of every OpenTe
 def register(sub) -> None:
     p = sub.add_parser("run", help="run a training command with step/phase metrics and profiling in every rank",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--pyroscope", metavar="URL", type=url_type(), help="Pyroscope server to stream profiles to (else $OTELGPU_PYROSCOPE_URL)")
+    p.add_argument("--pyroscope", metavar="URL", type=url_type(),
+                   help="Pyroscope server to stream profiles to, and the traces' GPU time at the end "
+                        "(else $OTELGPU_PYROSCOPE_URL)")
     p.add_argument("--no-profile", action="store_true", help="metrics only, no profiling")
     p.add_argument("--job", type=_job_name, help="job name on every series and profile (else $OTELGPU_JOB, Slurm or torchelastic)")
     p.add_argument("--record", metavar="DIR", help="record the run into DIR (default when no collector is configured: "
@@ -66,8 +68,8 @@ def register(sub) -> None:
                         "traces/ (not recording: $OTELGPU_TRACE_DIR, else ./otel-gpu-traces/<job>-<UTC time>/), "
                         "analysed at the end as by `otel-gpu trace analyze` (else $OTELGPU_TRACE_STEPS)")
     p.add_argument("--trace-stacks", metavar="1|0", type=flag_type(switch),
-                   help="Python stacks in the traces (torch's Python tracer, on every Python thread of the rank "
-                        "while it captures): 1 or 0 (else $OTELGPU_TRACE_STACKS, default 1; docs/capture.md)")
+                   help="Python stacks in the traces: 1 or 0 (else $OTELGPU_TRACE_STACKS, default 0: torch's Python tracer "
+                        "can crash a rank as it starts, docs/capture.md)")
     p.add_argument("argv", nargs=argparse.REMAINDER, metavar="COMMAND", help="the training command, after --")
     p.set_defaults(func=run)
 
@@ -232,7 +234,9 @@ def _run(args, latch: children.SignalLatch) -> int:
         _end_leftovers(tracker, agent, args.grace)
         _stop(agent)
     status = exit_status(returncode)
-    traces = (lambda: _traces_at_end(Path(env[TRACE_DIR]), wanted)) if proc is not None else None
+    from .trace.run_push import target   # each capture's GPU time, to the Pyroscope server the CPU profiles go to
+    push = target(pyroscope, args.no_profile, env)
+    traces = (lambda: _traces_at_end(Path(env[TRACE_DIR]), wanted, *push)) if proc is not None else None
     if recorded is None and traces is not None and wanted:
         traces()
     if recorded is not None:
@@ -250,14 +254,25 @@ def _trace_folder(job: str | None, command: list[str]) -> Path:
     return run_dir(Path("otel-gpu-traces"), job or default_job(os.environ, command), time.time())
 
 
-def _traces_at_end(root: Path, wanted: tuple[int, int] | None) -> None:
+def _traces_at_end(root: Path, wanted: tuple[int, int] | None, push=None, no_push: str | None = None) -> None:
     """Every profiler capture of the run analysed (`trace.run_traces`); one line each, and one per capture
-    not made. A failure here is one line: the job's own status is not touched."""
+    not made; with `push` (a `run_push.Target`) each capture's GPU time pushed to Pyroscope, one line each
+    (`no_push`: why it is not, said once). A failure here is one line: the job's own status is not touched."""
+    summary = None
     try:
         from .trace.run_traces import finish_run
-        _, lines = finish_run(root, wanted)
+        summary, lines = finish_run(root, wanted)
     except Exception as exc:  # the traces stay on disk for `otel-gpu trace analyze`
         lines = [f"the traces in {root} were not analysed ({exc!r})"]
+    analysed = [c for c in (summary or {}).get("captures", []) if not c.get("error")]
+    if analysed and push is not None:
+        from .trace.run_push import push_captures
+        try:
+            lines += push_captures(root, summary, push)
+        except Exception as exc:  # the results are on disk all the same
+            lines.append(f"the traces' GPU time was not pushed to Pyroscope ({exc!r})")
+    elif analysed and no_push:
+        lines.append(f"the traces' GPU time was not pushed to Pyroscope: {no_push}")
     for line in lines:
         print(f"otel-gpu run: {line}", file=sys.stderr, flush=True)
 

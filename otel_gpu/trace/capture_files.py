@@ -28,7 +28,7 @@ from ..errors import ConfigError
 TRACE_STEPS = "OTELGPU_TRACE_STEPS"   # A-B: every rank captures its steps A..B
 TRACE_DIR = "OTELGPU_TRACE_DIR"       # where the traces go and requests are read (`run --record`: <run>/traces)
 TRACE_STACKS = "OTELGPU_TRACE_STACKS"  # 0/1: Python stacks in captures (with_stack: torch's Python tracer)
-DEFAULT_STACKS = True                 # without $OTELGPU_TRACE_STACKS (docs/capture.md)
+DEFAULT_STACKS = False                # without $OTELGPU_TRACE_STACKS: off, torch's tracer can crash a rank (docs/capture.md)
 DEFAULT_DIR = "otel-gpu-traces"       # the folder without $OTELGPU_TRACE_DIR (relative to the working directory)
 RUN_SUBDIR = "traces"                 # a recorded run's trace folder
 REQUEST = "request.json"

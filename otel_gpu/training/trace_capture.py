@@ -5,7 +5,7 @@ The session hands its Timer a `Capture` as step listener, told when a step opens
 capture that costs a counter, a clock read, and (where a trace folder is watched, $OTELGPU_TRACE_DIR)
 one stat of the request file at most once a second, at a step boundary. torch.profiler is not started
 (nor imported by us) before step A opens: then it starts with CPU activity, CUDA too where
-torch.cuda.is_available(), shapes and modules on, Python stacks unless $OTELGPU_TRACE_STACKS is 0, and each
+torch.cuda.is_available(), shapes and modules on, Python stacks only where $OTELGPU_TRACE_STACKS is 1, and each
 captured step is marked `ProfilerStep#N`. When step B closes it stops (the device synchronised first, as torch
 does) and its Chrome trace is exported to a temporary file, on the training thread; a background thread
 then gzips it and renames it into place (trace_writer.py), so the trace is written whole or not at all,
