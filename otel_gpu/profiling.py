@@ -84,6 +84,15 @@ def profile_settings(env: Mapping[str, str], app_name: str, tags: Mapping[str, s
                            env.get(RECORD_KEY_VAR, "").strip())
 
 
+DEFAULT_SERVICE = "otelgpu.train"   # a rank's service_name without OTEL_SERVICE_NAME or a job
+
+
+def service_name(env: Mapping[str, str], job: str | None) -> str:
+    """The service_name (Pyroscope application) of a rank's profiles: `OTEL_SERVICE_NAME`, else
+    otelgpu.<job>, else otelgpu.train (pure)."""
+    return env.get("OTEL_SERVICE_NAME") or (f"otelgpu.{job}" if job else DEFAULT_SERVICE)
+
+
 def pyroscope_tags(attrs: Mapping[str, str]) -> dict[str, str]:
     """Our attribute keys -> Pyroscope label names (no dots allowed there)."""
     rename = {"otelgpu.job": "job", "host.name": "node", "otelgpu.rank": "rank",

@@ -143,6 +143,7 @@ class Receiver:
     def __init__(self, mode: str = "ok"):
         self.mode = mode
         self.profiles: list[Profile] = []
+        self.bodies: list[bytes] = []   # every push body as received
         self.requests = 0
         self._release = threading.Event()
         receiver = self
@@ -159,6 +160,7 @@ class Receiver:
                     self.end_headers()
                     return
                 if self.path == PUSH_PATH:
+                    receiver.bodies.append(body)
                     receiver.profiles += parse_push(body)
                 self.send_response(200)
                 self.send_header("content-type", "application/proto")

@@ -8,8 +8,8 @@ import os
 import sys
 
 from ..errors import UsageError
+from ..profiling import DEFAULT_SERVICE, service_name   # the ranks' CPU profiles' service_name
 
-DEFAULT_SERVICE = "otelgpu.train"   # what a training rank's CPU profiles use without OTEL_SERVICE_NAME or a job
 TOP_STACKS = 10
 
 
@@ -53,7 +53,7 @@ def check(args, env=os.environ) -> None:
         from .cli import check_folder
         check_folder("--folded", args.folded_dir)
     if args.push_url and not args.service_name:
-        args.service_name = env.get("OTEL_SERVICE_NAME") or (f"otelgpu.{args.job}" if args.job else DEFAULT_SERVICE)
+        args.service_name = service_name(env, args.job)
 
 
 def folded_files(per_rank: dict) -> list[tuple[str, str]]:

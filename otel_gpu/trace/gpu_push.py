@@ -3,17 +3,19 @@
 One profile series per rank, as the pyroscope-io agent pushes CPU profiles (``POST
 /push.v1.PusherService/Push``, a gzip'd ``push.v1.PushRequest``): labels ``__name__=gpu_time`` (its own
 profile type in Pyroscope: ``gpu_time:gpu_time:nanoseconds:gpu_time:nanoseconds``), ``service_name``,
-``rank`` and, when given, ``job``; one sample per stack, its value the GPU time in nanoseconds,
-stamped with the push's time (the trace's own clock is not wall time on every profiler version).
+``rank`` and, when given, ``job``; one sample per stack, its value the GPU time in nanoseconds.
+A profile is stamped with the push's time (the trace's own clock is not wall time on every profiler
+version) unless its rank's window is given: then its pprof ``time_nanos``/``duration_nanos`` (the
+profile's from/until in Pyroscope) are that window. The push is one request within one deadline
+(:mod:`..http_deadline`): a server that is down or slow costs at most ``timeout_s``.
 Grafana's flame graph panel shows it per rank with a Pyroscope query on that profile type.
 """
 from __future__ import annotations
 
 import gzip
 import time
-import urllib.error
-import urllib.request
 import uuid
+from typing import Mapping
 
 from ..record import protos
 from .gpu_flame import SAMPLE_TYPE, UNIT
@@ -59,9 +61,12 @@ def pprof_profile(stacks: dict[tuple[str, ...], int], time_ns: int, duration_ns:
 
 
 def push_body(per_rank: dict[int, dict[tuple[str, ...], int]], service_name: str, job: str | None = None,
-              time_ns: int | None = None) -> bytes:
-    """The gzip'd ``PushRequest`` for every rank's stacks (ranks without GPU time are left out)."""
+              time_ns: int | None = None, windows: Mapping[int, tuple[int, int]] | None = None) -> bytes:
+    """The gzip'd ``PushRequest`` for every rank's stacks (ranks without GPU time are left out); a rank in
+    ``windows`` gets its (start, duration) in ns since the epoch as its profile's time, the others
+    ``time_ns`` (default: now) and no duration."""
     t = time.time_ns() if time_ns is None else time_ns
+    windows = windows or {}
     req = protos.PushRequest()
     for rank, stacks in sorted(per_rank.items()):
         if not any(ns > 0 for ns in stacks.values()):
@@ -72,21 +77,29 @@ def push_body(per_rank: dict[int, dict[tuple[str, ...], int]], service_name: str
             labels["job"] = job
         for k, v in labels.items():
             series.labels.add(name=k, value=v)
-        series.samples.add(raw_profile=pprof_profile(stacks, t), ID=str(uuid.uuid4()))
+        series.samples.add(raw_profile=pprof_profile(stacks, *windows.get(rank, (t, 0))), ID=str(uuid.uuid4()))
     return gzip.compress(req.SerializeToString(), mtime=0)
 
 
 def push(url: str, body: bytes, timeout_s: float = 10.0) -> None:
-    """POST ``body`` to the Pyroscope server at ``url`` (its base, e.g. http://127.0.0.1:4040);
-    PushError unless it answers 2xx."""
+    """POST ``body`` to the Pyroscope server at ``url`` (its base, e.g. http://127.0.0.1:4040), the whole
+    request within ``timeout_s`` seconds; PushError unless it answers 2xx."""
+    import httpx
+
+    from ..http_deadline import deadline_client, request
+    from ..inflate import TooLarge
+    from ..record.receiver import forward_error
+    from ..safe_text import visible
+
     target = url.rstrip("/") + PUSH_PATH
-    req = urllib.request.Request(target, data=body, method="POST",
-                                 headers={"Content-Type": "application/proto", "Content-Encoding": "gzip"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            resp.read(MAX_REPLY_BYTES)
-    except urllib.error.HTTPError as exc:
-        reply = exc.read(MAX_REPLY_BYTES).decode("utf-8", "replace")
-        raise PushError(f"{target}: HTTP {exc.code} {' '.join(reply.split())[:200]}".rstrip()) from None
-    except (urllib.error.URLError, OSError) as exc:
-        raise PushError(f"{target}: {getattr(exc, 'reason', None) or exc}") from None
+        with deadline_client(timeout_s) as client:
+            r = request(client, "POST", target, timeout=timeout_s, max_bytes=MAX_REPLY_BYTES, content=body,
+                        headers={"Content-Type": "application/proto", "Content-Encoding": "gzip"})
+    except httpx.TimeoutException:
+        raise PushError(f"{target}: no answer within {timeout_s:g} s") from None
+    except (httpx.HTTPError, OSError, TooLarge) as exc:   # refused, unknown name, a reply too large or malformed
+        raise PushError(f"{target}: {visible(forward_error(exc))}") from None
+    if not 200 <= r.status_code < 300:
+        reply = r.content.decode("utf-8", "replace")
+        raise PushError(f"{target}: HTTP {r.status_code} {visible(' '.join(reply.split())[:200])}".rstrip())

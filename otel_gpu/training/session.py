@@ -365,8 +365,7 @@ class Session:
         self.sink.open_waits = self.timer.open_waits
         self.profiler = None
         if profile:
-            job = self.attrs.get(names.JOB)
-            app = env.get("OTEL_SERVICE_NAME") or (f"otelgpu.{job}" if job else "otelgpu.train")
+            app = profiling.service_name(env, self.attrs.get(names.JOB))
             self.profiler = profiling.start(profiling.profile_settings(env, app, profiling.pyroscope_tags(self.attrs)))
         self.timer.listener = self.profiler
         self._closed = False
