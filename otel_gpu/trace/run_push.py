@@ -139,8 +139,8 @@ def push_captures(root: Path, summary: dict, where: Target, timeout_s: float | N
         if not rel:
             lines.append(f"{name}: nothing pushed to Pyroscope: no GPU time in the trace (CPU-only)")
             continue
-        # load_gpu_time reads <run>/traces/<rel>: an absolute path names the file wherever the folder is
-        per_rank = load_gpu_time(root, {"captures": [{"gpu_time": str(root.absolute() / rel)}]})
+        # load_gpu_time reads <run>/traces/<rel>: an absolute path (no "..") names the file wherever it is
+        per_rank = load_gpu_time(root, {"captures": [{"gpu_time": os.path.abspath(root / rel)}]})
         if not per_rank:
             lines.append(f"{name}: GPU time not pushed to Pyroscope: {root / rel} could not be read")
             continue
