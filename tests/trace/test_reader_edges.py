@@ -1,6 +1,7 @@
 """The reader on hostile input: every valid JSON trace is read whatever its string lengths, what is
 not a trace is refused, and impossible numbers never reach a figure (dropped or cleared, counted
 in a note). Property-based where the input space is large."""
+import copy
 import json
 import math
 import shutil
@@ -221,3 +222,51 @@ def test_thread_and_sync_arguments_kept_per_event(tmp_path):
     ev = read_trace(str(p))
     assert [ev.threads[c] for c in ev.thread] == [(10, -5), (0, "stream 7"), (0, 7)]
     assert ev.sync_args == {2: (7, 3)}
+
+
+# ---- the vectorized intake of well-typed batches against the event-by-event one ----
+
+_typed_number = st.one_of(st.integers(-(2 ** 60), 2 ** 60), st.floats(-1e17, 1e17, allow_nan=False),
+                          st.integers(0, 10 ** 6), st.floats(0, 1e4))
+_typed_id = st.one_of(st.integers(-3, 10), st.integers(-(2 ** 63), 2 ** 64))   # beyond int64: per event
+_typed_event = st.fixed_dictionaries(
+    {"ph": st.sampled_from(["X", "s", "f", "M"])},
+    optional={"ts": _typed_number, "dur": _typed_number,
+              "cat": st.sampled_from(["kernel", "cpu_op", "Trace", "gpu_user_annotation", "cuda_sync", "ac2g"]),
+              "name": st.sampled_from(["a", "b", "aten::mm", "é"]),
+              "pid": st.one_of(st.integers(-(2 ** 33), 2 ** 33), st.sampled_from(["Spans", "0"])),
+              "tid": st.one_of(st.integers(-3, 10), st.sampled_from(["stream 7", "PyTorch Profiler"])),
+              "args": st.fixed_dictionaries({}, optional={
+                  "stream": _typed_id, "correlation": _typed_id, "External id": _typed_id,
+                  "external id": _typed_id, "memory bandwidth (GB/s)": st.floats(-1, 1e3, allow_nan=False),
+                  "wait_on_stream": st.integers(-1, 9), "wait_on_cuda_event_record_corr_id": st.integers(-1, 9)})})
+
+
+def _collected(col):
+    return ([getattr(col, f).tolist() for f in ("index", "ts", "dur", "name", "cat", "stream", "corr", "ext", "bw",
+                                               "thread")],
+            col.sym, col.flags, col.count, col.dropped, col.clamped, col.annotation_tid, col.threads, col.sync_args)
+
+
+@_needs_msgspec
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(_typed_event, max_size=12), min_size=1, max_size=3))
+def test_typed_batches_agree_with_event_by_event_intake(batches):
+    """Batches the typed decoder accepts: the vectorized intake keeps what ``add_struct`` keeps, with the
+    same ids, threads and flags, or declines the batch having changed nothing."""
+    fast, slow = intake.Collector(), intake.Collector()
+    for batch in batches:
+        text = json.dumps(batch)
+        try:
+            typed = intake._decode_typed(text)
+        except Exception as exc:   # msgspec.DecodeError: a value of another type (not generated here)
+            raise AssertionError(text) from exc
+        before = copy.deepcopy(_collected(fast))
+        if not fast.add_typed(typed):
+            assert _collected(fast) == before
+            for e in intake._decode_structs(text):
+                fast.add_struct(e)
+        for e in intake._decode_structs(text):
+            slow.add_struct(e)
+    assert _collected(fast) == _collected(slow)
+
