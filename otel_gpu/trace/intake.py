@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from array import array
 from itertools import chain, compress
 from operator import attrgetter
@@ -415,6 +416,21 @@ if _msgspec is not None:
     _decode_typed = _msgspec.json.Decoder(list[_TypedEvent]).decode
 
 
+_MALFORMED_AT = re.compile(r"JSON is malformed: .* \(byte (\d+)\)")
+
+
+def _ends_inside_a_value(piece: str, exc: Exception) -> bool:
+    """The decoder's error says the piece is well-formed up to its end and ends inside a value (a
+    batch cut inside an event's nested object: its closing ``]`` comes too early, or the text stops).
+    No decoder takes such a piece (the standard library's accepts more, NaN literals, but not an
+    unclosed value), so the caller's earlier cut is tried at once. False when unsure."""
+    msg = str(exc)
+    if msg == "Input data was truncated":
+        return True
+    m = _MALFORMED_AT.fullmatch(msg)
+    return m is not None and piece.isascii() and int(m.group(1)) >= len(piece) - 1
+
+
 def decode_piece(piece: str, col: Collector) -> bool:
     """Decode a JSON array of events and feed the collector; False when it is not valid JSON, or
     nested too deeply for the decoders (which recurse: thousands of levels in ``args``); the caller
@@ -433,8 +449,9 @@ def _decode_piece(piece: str, col: Collector) -> bool:
         try:
             if col.add_typed(_decode_typed(piece)):
                 return True
-        except _msgspec.DecodeError:  # a field of an unexpected type (or invalid JSON)
-            pass
+        except _msgspec.DecodeError as exc:  # a field of an unexpected type (or invalid JSON)
+            if _ends_inside_a_value(piece, exc):
+                return False   # what every decoder refuses: not decoded three more times
         try:
             events = _decode_structs(piece)
         except _msgspec.DecodeError:  # invalid JSON, or an element msgspec cannot type (args not an object...)

@@ -270,3 +270,38 @@ def test_typed_batches_agree_with_event_by_event_intake(batches):
             slow.add_struct(e)
     assert _collected(fast) == _collected(slow)
 
+
+_nested = st.recursive(st.one_of(st.integers(-5, 5), st.floats(allow_nan=True), st.text("a}{,[]\"", max_size=3)),
+                       lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                               st.dictionaries(st.sampled_from(["x", "y", "stream"]), inner,
+                                                               max_size=3)), max_leaves=8)
+
+
+@_needs_msgspec
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"ph": st.just("X"), "ts": st.integers(0, 99), "args": _nested}), min_size=1,
+                max_size=4))
+def test_a_piece_given_up_early_is_one_no_decoder_takes(events):
+    """A batch cut at any "}," (inside an event's nested value too) is given up on at the typed decoder's
+    error only when every decoder, the standard library's with its NaN literals included, refuses it."""
+    text = json.dumps(events)[1:-1]
+    cuts = [i for i in range(len(text)) if text.startswith("},", i)] + [len(text) - 1]
+    for cut in cuts:
+        piece = "[" + text[:cut + 1] + "]"
+        try:
+            intake._decode_typed(piece)
+        except Exception as exc:
+            if intake._ends_inside_a_value(piece, exc):
+                with pytest.raises(ValueError):
+                    json.loads(piece)
+
+
+def test_a_batch_cut_inside_an_event_is_given_up_early():
+    events = [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 1, "dur": 2, "args": {"x": {"y": 1}, "z": 2}}]
+    text = json.dumps(events)
+    piece = "[" + text[1:text.index("},") + 1] + "]"
+    with pytest.raises(Exception) as exc:
+        intake._decode_typed(piece)
+    assert intake._ends_inside_a_value(piece, exc.value)
+    assert not intake.decode_piece(piece, intake.Collector())
+    assert intake.decode_piece(text, intake.Collector())
