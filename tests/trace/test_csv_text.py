@@ -84,3 +84,23 @@ def test_the_remembered_quoting_is_forgotten_and_remade_the_same(monkeypatch):
     assert "".join(csv_text.csv_pieces(rows)) == buf.getvalue()
     assert len(csv_text._QUOTED) <= 8 and "" in csv_text._QUOTED
     assert not any(len(k) > csv_text._QUOTED_LEN for k in csv_text._QUOTED)
+
+
+_series_values = st.sampled_from([np.int64, np.int32, np.float64]).flatmap(
+    lambda dt: st.lists(st.integers(-10**6, 2**31 - 1) if dt is not np.float64 else
+                        st.floats(-1e9, 1e9, allow_nan=False), max_size=6).map(lambda v: np.array(v, dtype=dt)))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.dictionaries(st.one_of(st.integers(-1, 30), st.text(st.sampled_from('a,"%s\n\rd é'), max_size=5)),
+                       st.tuples(_series_values, _series_values), max_size=4))
+def test_series_file_is_what_csv_writer_writes(series):
+    """A rank's time-series file: csv.writer's bytes for each point "ts,key,value" (str of each number)."""
+    from otel_gpu.trace.rank_csv import series_csv
+    series = {k: (ts[:len(v)], v[:len(ts)]) for k, (ts, v) in series.items()}
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(("ts", "stream", "value"))
+    for key, (ts, values) in series.items():
+        w.writerows((t, key, v) for t, v in zip(ts.tolist(), values.tolist()))
+    assert series_csv(("ts", "stream", "value"), series) == buf.getvalue()
