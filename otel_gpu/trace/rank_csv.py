@@ -38,10 +38,27 @@ def _interleaved(a: np.ndarray, b: np.ndarray) -> tuple:
 
 
 def pairs_csv(pairs: dict) -> str:
-    """Every launch paired with its GPU event: correlation, cpu/gpu duration, launch delay (us)."""
-    lines = map(",".join, zip(*(map(repr, pairs[c].tolist()) for c in PAIR_COLUMNS)))  # C-level loops
-    body = "\n".join(lines)
-    return ",".join(PAIR_COLUMNS) + "\n" + (body + "\n" if body else "")
+    """Every launch paired with its GPU event: correlation, cpu/gpu duration, launch delay (us), each
+    number as its ``repr``; one format over all rows (a C loop)."""
+    n = len(pairs[PAIR_COLUMNS[0]])
+    fields, values = zip(*(_repr_field(pairs[c]) for c in PAIR_COLUMNS))
+    if "%r" in fields:
+        flat = tuple(chain.from_iterable(zip(*(v.tolist() for v in values))))
+    else:   # integers only: one array's tolist
+        flat = tuple(np.column_stack(values).ravel().tolist())
+    return ",".join(PAIR_COLUMNS) + "\n" + ((",".join(fields) + "\n") * n) % flat
+
+
+def _repr_field(a: np.ndarray) -> tuple[str, np.ndarray]:
+    """(the format field, the values) writing each number of ``a`` as its ``repr``: whole floats
+    (traces rounded to the microsecond have nothing else) as integers with ".0", which is their
+    ``repr`` below 1e16, -0.0 excepted; integers as integers; anything else by ``repr``."""
+    if a.dtype.kind in "iu":
+        return "%d", a.astype(np.int64)
+    if a.dtype.kind == "f" and len(a) and (np.abs(a) < 1e15).all() and (a == np.floor(a)).all() \
+            and not (np.signbit(a) & (a == 0)).any():
+        return "%d.0", a.astype(np.int64)
+    return "%r", a
 
 
 def rank_files(v, pairs: dict, keep: Callable[[str, str], object] | None) -> dict[str, list[tuple[str, object]]]:

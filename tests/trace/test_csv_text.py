@@ -104,3 +104,23 @@ def test_series_file_is_what_csv_writer_writes(series):
     for key, (ts, values) in series.items():
         w.writerows((t, key, v) for t, v in zip(ts.tolist(), values.tolist()))
     assert series_csv(("ts", "stream", "value"), series) == buf.getvalue()
+
+
+_pair_values = st.sampled_from([np.float32, np.float64]).flatmap(
+    lambda dt: st.lists(st.one_of(st.integers(-10 ** 6, 10 ** 6).map(float), st.floats(width=32),
+                                  st.sampled_from([-0.0, 0.0, 1e15, 1e16, -1e15, 2.5])),
+                        min_size=3, max_size=3).map(lambda v: np.array(v, dtype=dt)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2 ** 31, 2 ** 31 - 1), _pair_values), max_size=5),
+       st.sampled_from([np.int32, np.int64]))
+def test_launch_pair_file_writes_each_number_as_its_repr(rows, corr_dtype):
+    from otel_gpu.trace.rank_csv import PAIR_COLUMNS, pairs_csv
+    pairs = {"correlation": np.array([c for c, _ in rows], dtype=corr_dtype)}
+    for j, c in enumerate(PAIR_COLUMNS[1:]):
+        dt = rows[0][1].dtype if rows else np.float64
+        pairs[c] = np.array([v[j] for _, v in rows], dtype=dt)
+    want = ",".join(PAIR_COLUMNS) + "\n" + "".join(
+        ",".join(repr(pairs[c].tolist()[i]) for c in PAIR_COLUMNS) + "\n" for i in range(len(rows)))
+    assert pairs_csv(pairs) == want
