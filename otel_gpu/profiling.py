@@ -23,7 +23,6 @@ Configuration: `OTELGPU_PYROSCOPE_URL` (server; unset: no profiling), `OTELGPU_P
 """
 from __future__ import annotations
 
-import ctypes
 import logging
 import sys
 import threading
@@ -237,6 +236,8 @@ class NativeThreadNames:
 
 def _pthread_getname():
     """`pthread_getname_np` as ident -> OS thread name (None: unreadable), or None without one."""
+    import ctypes   # here: the trace commands import this module for its names only
+
     try:
         # PyDLL keeps the GIL during the call, so the thread cannot delete its thread state (and exit)
         # between being listed and being named

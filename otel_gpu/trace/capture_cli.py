@@ -13,7 +13,7 @@ Exit 0 when every rank wrote its trace, 1 otherwise (each rank's reason on stder
 from __future__ import annotations
 
 import math
-import secrets
+import os
 import sys
 import time
 from pathlib import Path
@@ -114,7 +114,7 @@ def run_capture(args) -> int:
     if not ranks:
         raise Failure(f"{args.dir}: no running rank is registered for trace captures (the job has ended, or has "
                       "not started training yet)")
-    poll = secrets.token_hex(8)
+    poll = os.urandom(8).hex()
     try:
         cf.write_whole(root / cf.REQUEST, cf.request_text(poll, "poll"))
     except OSError as exc:
@@ -129,7 +129,7 @@ def run_capture(args) -> int:
         raise Failure(f"no capture requested: {'; '.join(why)}")
     start = choose_start(list(answered.values()), time.time(), args.margin)
     end = min(start + args.steps - 1, cf.MAX_STEP)
-    request = secrets.token_hex(8)
+    request = os.urandom(8).hex()
     try:
         cf.write_whole(root / cf.REQUEST, cf.request_text(request, "capture", start, end))
     except OSError as exc:
