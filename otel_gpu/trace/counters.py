@@ -36,6 +36,21 @@ def queue_length_at_events(v: RankView) -> dict[int, int]:
     return out
 
 
+def queue_length_at(v: RankView, indices: np.ndarray) -> np.ndarray:
+    """The queue length just after each event of ``indices`` (event indexes, see ``RankEvents.index``)
+    that changes a queue, as ``queue_length_at_events`` gives it (an event in several changes: the
+    last one's), in ``indices``' order; events that change no queue are left out."""
+    changes = list(_queue_changes(v).values())
+    keys = v.ev.index[np.concatenate([rows for _, _, rows in changes])] if changes else np.zeros(0, np.int64)
+    if not len(keys) or not len(indices):
+        return np.zeros(0, dtype=np.int64)
+    values = np.concatenate([q for _, q, _ in changes])
+    uniq, last = np.unique(keys[::-1], return_index=True)   # the last change of each event
+    j = np.minimum(np.searchsorted(uniq, indices), len(uniq) - 1)
+    found = uniq[j] == indices
+    return values[::-1][last[j[found]]]
+
+
 def _queue_changes(v: RankView) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """stream -> (ts us, queue length after each change, the event (row of ``ev``) of each change);
     computed once per rank for the summary, the full-queue time, the series and the findings."""

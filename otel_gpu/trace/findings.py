@@ -13,7 +13,7 @@ import numpy as np
 
 from . import antipatterns
 from .breakdown import gpu_kernels, merge_intervals
-from .counters import queue_length_at_events, queue_length_series
+from .counters import queue_length_at, queue_length_series
 from .idle_causes import (ALLOC_CALLS, CAUSES, attribute_idle, idle_cause_summary, overlap, partner_rows,
                           where_in_step)
 from .launch import launch_pairs
@@ -118,7 +118,9 @@ def _ops_of(v: RankView, rows: np.ndarray, ops: tuple[np.ndarray, np.ndarray], t
         return [["?", int(len(ext))]] if len(ext) else []
     j = np.minimum(np.searchsorted(keys, ext), len(keys) - 1)
     found = keys[j] == ext
-    c = Counter(v.names[int(n)] for n in names[j[found]].tolist())
+    c: Counter = Counter()
+    for n, k in Counter(names[j[found]].tolist()).items():   # name ids counted, then named in first-seen order
+        c[v.names[n]] += k
     if (~found).any():
         c["?"] += int((~found).sum())
     return [[k, n] for k, n in c.most_common(top)]
@@ -234,10 +236,9 @@ class _Checker:
         """Median launch-queue length just after each launch call, and launches delayed past the cutoff."""
         if not len(p["cpu_rows"]):
             return {}
-        q = queue_length_at_events(self.v)
-        depth = [q[i] for i in self.v.ev.index[p["cpu_rows"]].tolist() if i in q]
+        depth = queue_length_at(self.v, self.v.ev.index[p["cpu_rows"]])
         late = p["launch_delay"] > 100
-        return {"median_queue_at_launch": float(np.median(depth)) if depth else None,
+        return {"median_queue_at_launch": float(np.median(depth)) if len(depth) else None,
                 "launches_delayed_over_100us_pct": round(100.0 * float(late.mean()), 1)}
 
     def syncs(self) -> None:

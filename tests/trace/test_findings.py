@@ -76,3 +76,33 @@ def test_real_cpu_traces_straggler():
     assert [s["straggler_rank"] for s in cross["steps"]] == [1, 1, 1]
     assert cross["straggler"]["excess_pct"] > 20
     assert any("no GPU" in n for n in doc["notes"])
+
+
+def test_ops_behind_rows_most_frequent_first_ties_in_first_seen_order(tmp_path):
+    """The ops named in a finding's evidence: counted per op name, the most frequent first, ties in the
+    order first seen, "?" for rows whose op is not in the trace (as Counter.most_common over the names)."""
+    from collections import Counter
+
+    import numpy as np
+    from hypothesis import given, settings, strategies as st
+
+    from otel_gpu.trace.findings import _op_by_external_id, _ops_of
+    d = tmp_path / "run"
+    d.mkdir()
+    training_trace(0).write(str(d / "r0.json"))
+    v = load_set(str(d)).ranks[0]
+    ops = _op_by_external_id(v)
+
+    @settings(max_examples=80, deadline=None)
+    @given(st.lists(st.integers(0, len(v.rows) - 1), max_size=60), st.integers(1, 6))
+    def check(picks, top):
+        rows = v.rows[np.array(picks, dtype=np.int64)]
+        keys, names = ops
+        ext = v.ev.external_id[rows]
+        j = np.minimum(np.searchsorted(keys, ext), len(keys) - 1)
+        found = keys[j] == ext
+        ref = Counter(v.names[int(n)] for n in names[j[found]].tolist())
+        if (~found).any():
+            ref["?"] += int((~found).sum())
+        assert _ops_of(v, rows, ops, top) == [[k, n] for k, n in ref.most_common(top)]
+    check()

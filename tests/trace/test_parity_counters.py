@@ -7,7 +7,9 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from otel_gpu.trace import counters
 from otel_gpu.trace.model import load_set
@@ -305,3 +307,37 @@ def test_time_series_between_ties(name, file):
         assert w.keys() == g.keys()
         for key, (n, b) in w.items():
             assert g[key][0] == n and abs(g[key][1] - b) <= 1e-6 * max(1.0, abs(b)), (key, (n, b), g[key])
+
+
+@needs_traces
+@pytest.mark.parametrize("name", ["hta_sampled_2rank", "hta_nccl_data"])
+def test_queue_length_at_events_as_arrays(name):
+    """The queue length after given events (the launch-bound check's evidence) is the per-event
+    mapping's value for each event that changes a queue, in the order asked, the others left out."""
+    for v in trace_set(name).ranks.values():
+        by_event = counters.queue_length_at_events(v)
+        asked = v.ev.index[v.rows][::-1]   # every event, backwards: the order asked is kept
+        got = counters.queue_length_at(v, asked)
+        assert got.tolist() == [by_event[i] for i in asked.tolist() if i in by_event]
+        assert len(got) and counters.queue_length_at(v, asked[:0]).tolist() == []
+
+
+@needs_traces
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 30), st.integers(-3, 50)), max_size=12), max_size=3),
+       st.lists(st.integers(0, 40), max_size=20))
+def test_queue_length_at_events_as_arrays_when_an_event_changes_several_queues(streams, asked_rows):
+    """Changes given by hand, an event in several of them (a launch matched to several GPU events):
+    the last change of each event counts, as in the per-event mapping."""
+    v = next(iter(trace_set("hta_sampled_2rank").ranks.values()))
+    changes = {s: (np.zeros(len(ch), dtype=np.int64), np.array([q for _, q in ch], dtype=np.int64),
+                   np.array([r for r, _ in ch], dtype=np.int64)) for s, ch in enumerate(streams)}
+    saved = dict(v._cache) if hasattr(v, "_cache") else None
+    v.clear_cache()
+    try:
+        v.cached("queue_changes", lambda: changes)
+        by_event = counters.queue_length_at_events(v)
+        asked = v.ev.index[np.array(asked_rows, dtype=np.int64)]
+        assert counters.queue_length_at(v, asked).tolist() == [by_event[i] for i in asked.tolist() if i in by_event]
+    finally:
+        v.clear_cache()
