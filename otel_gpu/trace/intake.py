@@ -97,12 +97,12 @@ class Collector:
         if p is not None and t is not None:
             off = 1 << 31  # both shifted to 0..2^32-1: one int64 key per pair
             keys = ((p + off).astype(np.uint64) << np.uint64(32)) | (t + off).astype(np.uint64)
-            uniq, inverse = np.unique(keys, return_inverse=True)
+            uniq = np.unique(keys)   # a few pairs: each key's place found by a search, not a sort of them all
             table = np.empty(len(uniq), dtype=np.int32)
             for j, k in enumerate(uniq.tolist()):
                 pair = ((k >> 32) - off, (k & 0xFFFFFFFF) - off)
                 table[j] = codes.setdefault(pair, len(codes))
-            return table[inverse.reshape(-1)] if len(uniq) else np.zeros(0, dtype=np.int32)
+            return table[np.searchsorted(uniq, keys)] if len(uniq) else np.zeros(0, dtype=np.int32)
         return np.array([codes.setdefault((_key(p), _key(t)), len(codes)) for p, t in zip(pids, tids)],
                         dtype=np.int32)
 
@@ -171,10 +171,13 @@ class Collector:
         if None in names:
             names = ["None" if x is None else x for x in names]
         sym = self.sym
-        # ids in first-seen order, name before cat, as put() assigns them: each distinct string once
-        for x in dict.fromkeys(chain.from_iterable(zip(names, cats))):
-            if x not in sym:
-                sym[x] = len(sym)
+        seen = dict.fromkeys(names)
+        seen.update(dict.fromkeys(cats))
+        if not sym.keys() >= seen.keys():   # new strings (the file's first batches): ids in first-seen
+            # order, name before cat, as put() assigns them: each distinct string once
+            for x in dict.fromkeys(chain.from_iterable(zip(names, cats))):
+                if x not in sym:
+                    sym[x] = len(sym)
         if GPU_ANNOTATION in cats:  # a C-level scan; the loop only where annotations are
             tids = self.annotation_tid
             for i, e in zip(kept_pos.tolist(), kept):
