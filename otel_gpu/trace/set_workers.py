@@ -62,18 +62,19 @@ def analyze_folder(directory: str, opts: A.Options | None = None, ranks: list[in
     Raises :class:`TraceFormatError` as ``load_set`` does, :class:`WorkerFailed` when a worker dies."""
     opts = opts or A.Options()
     files, skipped = model.find_trace_files(directory)
-    if jobs is None:
-        jobs = default_jobs() if sum(map(os.path.getsize, files)) > model.PARALLEL_MIN_BYTES else 1
-    jobs = min(jobs, len(files))
-    if jobs <= 1 or "fork" not in mp.get_all_start_methods():
+    workers = jobs
+    if workers is None:
+        workers = default_jobs() if sum(map(os.path.getsize, files)) > model.PARALLEL_MIN_BYTES else 1
+    workers = min(workers, len(files))
+    if workers <= 1 or "fork" not in mp.get_all_start_methods():   # read here; analyses as `analyze` decides
         ts = model.load_set(directory, ranks, include_last_step, jobs=1, meanwhile=meanwhile)
-        doc = A.analyze(ts, opts, jobs=1, keep_file=keep_file)
+        doc = A.analyze(ts, opts, jobs=jobs, keep_file=keep_file)
         if gpu_time:
             from .gpu_flame import set_stacks
             doc["_gpu_time"] = set_stacks(ts)
         return doc
     A.prepare_workers()
-    with _Workers(files, shares(list(map(os.path.getsize, files)), jobs), opts, keep_file, gpu_time) as pool:
+    with _Workers(files, shares(list(map(os.path.getsize, files)), workers), opts, keep_file, gpu_time) as pool:
         if meanwhile is not None:
             meanwhile()
         heads = pool.heads()
@@ -83,7 +84,8 @@ def analyze_folder(directory: str, opts: A.Options | None = None, ranks: list[in
         starts = [heads[i].first_ts for i in kept.values() if heads[i].first_ts is not None]
         order = sorted(kept)
         per = pool.analyse([kept[r] for r in order], min(starts) if starts else 0, filtered, many=len(order) > 1)
-    notes = skipped + notes + [note] + [p.pop("cpu_only") for p in per if p.get("cpu_only")]
+    cpu_only = [p.pop("cpu_only") for p in per]
+    notes = skipped + notes + [note] + [n for n in cpu_only if n]
     return A.combine(directory, order, [A.share_strings(p) for p in per], notes, filtered, opts)
 
 
