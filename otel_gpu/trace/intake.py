@@ -98,11 +98,16 @@ class Collector:
             off = 1 << 31  # both shifted to 0..2^32-1: one int64 key per pair
             keys = ((p + off).astype(np.uint64) << np.uint64(32)) | (t + off).astype(np.uint64)
             uniq = np.unique(keys)   # a few pairs: each key's place found by a search, not a sort of them all
+            if not len(uniq):
+                return np.zeros(0, dtype=np.int32)
+            place = np.searchsorted(uniq, keys)
+            first = np.full(len(uniq), len(keys), dtype=np.int64)   # each pair's first event: codes in the
+            np.minimum.at(first, place, np.arange(len(keys)))       # order pairs are first seen, as pair by pair
             table = np.empty(len(uniq), dtype=np.int32)
-            for j, k in enumerate(uniq.tolist()):
-                pair = ((k >> 32) - off, (k & 0xFFFFFFFF) - off)
-                table[j] = codes.setdefault(pair, len(codes))
-            return table[np.searchsorted(uniq, keys)] if len(uniq) else np.zeros(0, dtype=np.int32)
+            for j in np.argsort(first, kind="stable").tolist():
+                k = int(uniq[j])
+                table[j] = codes.setdefault(((k >> 32) - off, (k & 0xFFFFFFFF) - off), len(codes))
+            return table[place]
         return np.array([codes.setdefault((_key(p), _key(t)), len(codes)) for p, t in zip(pids, tids)],
                         dtype=np.int32)
 

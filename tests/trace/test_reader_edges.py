@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from otel_gpu.cli import main
@@ -251,6 +251,8 @@ def _collected(col):
 @_needs_msgspec
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.lists(_typed_event, max_size=12), min_size=1, max_size=3))
+@example([[{"ph": "X", "cat": "kernel", "ts": 0, "tid": 0, "pid": 1, "name": "a", "args": {}, "dur": 0},
+           {"ph": "X", "dur": 0, "ts": 0, "tid": 0, "cat": "kernel", "pid": 0}]])   # threads coded as first seen
 def test_typed_batches_agree_with_event_by_event_intake(batches):
     """Batches the typed decoder accepts: the vectorized intake keeps what ``add_struct`` keeps, with the
     same ids, threads and flags, or declines the batch having changed nothing."""
