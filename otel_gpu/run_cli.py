@@ -273,8 +273,9 @@ def _traces_at_end(root: Path, wanted: tuple[int, int] | None, push=None, no_pus
             lines.append(f"the traces' GPU time was not pushed to Pyroscope ({exc!r})")
     elif analysed and no_push:
         lines.append(f"the traces' GPU time was not pushed to Pyroscope: {no_push}")
+    from .safe_text import visible   # paths, a server's reply, an exception's text: shown, not obeyed
     for line in lines:
-        print(f"otel-gpu run: {line}", file=sys.stderr, flush=True)
+        print(f"otel-gpu run: {visible(line)}", file=sys.stderr, flush=True)
 
 
 def _wait(proc: subprocess.Popen, latch: children.SignalLatch, grace_s: float, tracker: children.Tracker,
