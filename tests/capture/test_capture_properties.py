@@ -75,13 +75,18 @@ def _exit(argv: list[str]) -> tuple[int, str]:
     return status, err.getvalue()
 
 
+def _refused_before_run(tmp_path_factory, flag: str, raw: str) -> None:
+    """`run FLAG=raw -- touch MARKER`: exit 2, one line naming the flag, the command never started."""
+    marker = tmp_path_factory.mktemp("never") / "ran"
+    status, err = _exit(["run", "--no-record", f"{flag}={raw}", "--", "touch", str(marker)])
+    assert status == 2 and len(err.strip().splitlines()) == 1 and flag in err
+    assert not marker.exists()
+
+
 @settings(max_examples=60, deadline=None)
 @given(raw=STEPISH.filter(lambda s: _expected(s) is None and not s.startswith("-")))
 def test_a_bad_trace_steps_flag_is_one_line_and_exit_2_before_anything_runs(tmp_path_factory, raw):
-    marker = tmp_path_factory.mktemp("never") / "ran"
-    status, err = _exit(["run", "--no-record", f"--trace-steps={raw}", "--", "touch", str(marker)])
-    assert status == 2 and len(err.strip().splitlines()) == 1 and "--trace-steps" in err
-    assert not marker.exists()
+    _refused_before_run(tmp_path_factory, "--trace-steps", raw)
 
 
 SWITCHISH = st.one_of(st.text(max_size=8), st.sampled_from(["1", "0", " on ", "OFF", "Yes", "no", "true", "2", "of", "",
@@ -110,10 +115,7 @@ def test_trace_stacks_is_checked_before_the_run_and_means_off_when_bad_in_a_rank
 @settings(max_examples=40, deadline=None)
 @given(raw=SWITCHISH.filter(lambda s: _switch(s) is None and not s.startswith("-")))
 def test_a_bad_trace_stacks_flag_is_one_line_and_exit_2_before_anything_runs(tmp_path_factory, raw):
-    marker = tmp_path_factory.mktemp("never") / "ran"
-    status, err = _exit(["run", "--no-record", f"--trace-stacks={raw}", "--", "touch", str(marker)])
-    assert status == 2 and len(err.strip().splitlines()) == 1 and "--trace-stacks" in err
-    assert not marker.exists()
+    _refused_before_run(tmp_path_factory, "--trace-stacks", raw)
 
 
 def test_the_trace_stacks_flag_wins_over_the_variable_and_ranks_get_faulthandler(monkeypatch, capfd):
