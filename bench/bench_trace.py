@@ -385,7 +385,7 @@ def _run_sets(args, runs: list, work: str, hta_py: str, ours_py: str, hta_steps:
     # an editable checkout would otherwise compile every module from source in every run: ~60 ms)
     for tree in [ROOT] + ([args.baseline] if args.baseline else []):
         subprocess.run([sys.executable, "-m", "compileall", "-q", os.path.join(tree, "otel_gpu")], check=True)
-    backend = subprocess.run([ours_py, "-c", "from otel_gpu.trace.parse import JSON_BACKEND as b; "
+    backend = subprocess.run([ours_py, "-c", "from otel_gpu.trace.decoders import JSON_BACKEND as b; "
                               "from otel_gpu.trace.gz import GZIP_BACKEND as g; print(b, g)"],
                              capture_output=True, text=True, cwd=ROOT,
                              env=dict(os.environ, PYTHONPATH=ROOT,

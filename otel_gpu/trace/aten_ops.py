@@ -179,10 +179,15 @@ def group_instances(instances: list[tuple[str, str, float, float]]) -> dict[tupl
 
 def summarize_groups(groups: dict[tuple[str, str], tuple[list, list]]) -> list[dict]:
     """Per (aten op, kernel sequence): occurrence count and mean delays (us), most frequent first."""
-    table = [{"aten_op_name": op, "kernel_sequence": seq, "occurrence_count": len(d[0]),
-              "avg_aten_op_launch_delay": round(math.fsum(d[0]) / len(d[0]), 3),
-              "avg_runtime_delay": round(math.fsum(d[1]) / len(d[1]), 3)}
-             for (op, seq), d in sorted(groups.items())]
+    return summarize_sums({k: (len(d[0]), math.fsum(d[0]), math.fsum(d[1])) for k, d in groups.items()})
+
+
+def summarize_sums(sums: dict[tuple[str, str], tuple[int, float, float]]) -> list[dict]:
+    """``summarize_groups``' table from each group's (instances, exact sum of op delays, exact sum of
+    runtime delays) (us; ``math.fsum``'s)."""
+    table = [{"aten_op_name": op, "kernel_sequence": seq, "occurrence_count": n,
+              "avg_aten_op_launch_delay": round(op_sum / n, 3), "avg_runtime_delay": round(runtime_sum / n, 3)}
+             for (op, seq), (n, op_sum, runtime_sum) in sorted(sums.items())]
     order = sort_desc(np.array([r["occurrence_count"] for r in table], dtype=np.int64))
     return [table[i] for i in order]
 

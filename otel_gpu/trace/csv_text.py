@@ -64,15 +64,18 @@ def field_writer():
     one = io.StringIO()
     w1 = csv.writer(one, lineterminator="\n")
 
+    def quote(v: str) -> str:
+        one.seek(0)
+        one.truncate()
+        w1.writerow([v])
+        return one.getvalue()[:-1]
+
     def text(v) -> str:
         t = type(v)
         if t is str:
             f = quoted.get(v)
             if f is None:
-                one.seek(0)
-                one.truncate()
-                w1.writerow([v])
-                f = one.getvalue()[:-1]
+                f = quote(v)
                 if len(v) <= _QUOTED_LEN:
                     if len(quoted) >= _QUOTED_MAX:
                         quoted.clear()
@@ -87,7 +90,9 @@ def field_writer():
             return ""
         v = cell(v)   # numpy scalars, dicts, lists, other objects: as the csv module would write them
         t = type(v)
-        return text(v if t is str or t is float or t is int or t is bool or v is None else str(v))
+        if t is str:   # a JSON text made for this row: quoted, not remembered (it will not come again)
+            return quote(v)
+        return text(v if t is float or t is int or t is bool or v is None else str(v))
     return text
 
 
@@ -130,7 +135,7 @@ def rows_text(rows: list[dict], cols: list) -> str:
     return "".join([",".join([text(r.get(k, "")) for k in cols]) + "\n" for r in rows])
 
 
-def csv_pieces(rows: list[dict], size: int = 1 << 18):
+def csv_pieces(rows: list[dict], size: int = 1 << 16):
     """CSV of ``rows`` in pieces of about ``size`` characters (only one in memory at a time): a
     header of ``columns(rows)``, then a line per row, an absent key an empty field."""
     buf = io.StringIO()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .findings import FIXES, TITLES, Thresholds
+from .median import median
 
 CAUSES_OF_IDLE = ("queue_drain_sync", "alloc_thrash", "many_short_kernels")
 EFFECT = "long_gpu_idle"
@@ -35,7 +36,7 @@ def rank_ranges(ranks: list[int]) -> str:
 
 def _spread(values: list[float]) -> dict:
     a = np.asarray(values, dtype=np.float64)
-    return {"min": round(float(a.min()), 3), "median": round(float(np.median(a)), 3),
+    return {"min": round(float(a.min()), 3), "median": round(median(values), 3),
             "max": round(float(a.max()), 3)}
 
 

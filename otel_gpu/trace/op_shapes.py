@@ -10,42 +10,32 @@ from __future__ import annotations
 import gzip
 import json
 import os
-
-try:
-    import msgspec as _msgspec
-except ImportError:  # optional: the standard library decodes the same fields
-    _msgspec = None
+import zlib
 
 MAX_BYTES = 1 << 30  # larger files on disk are not read again for shapes
 
 
 def _open(path: str) -> bytes:
+    """The file's text as bytes (inflated where gzip'd), at most ``MAX_BYTES`` of it: a longer
+    text raises ValueError (a small file can inflate to any size)."""
     with open(path, "rb") as fh:
         head = fh.read(2)
         fh.seek(0)
-        return gzip.decompress(fh.read()) if head == b"\x1f\x8b" else fh.read()
-
-
-if _msgspec is not None:
-    class _Args(_msgspec.Struct):
-        ext: object = _msgspec.field(name="External id", default=None)
-        dims: _msgspec.Raw = _msgspec.field(name="Input Dims", default=_msgspec.Raw(b"null"))
-        types: _msgspec.Raw = _msgspec.field(name="Input type", default=_msgspec.Raw(b"null"))
-
-    class _Event(_msgspec.Struct):
-        cat: object = None
-        name: object = None
-        args: _Args | None = None
-
-    class _Trace(_msgspec.Struct):
-        traceEvents: list[_Event] = []
+        src = gzip.GzipFile(fileobj=fh) if head == b"\x1f\x8b" else fh
+        data = src.read(MAX_BYTES + 1)
+    if len(data) > MAX_BYTES:
+        raise ValueError(f"{os.path.basename(path)} holds over {MAX_BYTES >> 20} MB of text")
+    return data
 
 
 def _events_msgspec(data: bytes):
-    for e in _msgspec.json.decode(data, type=_Trace).traceEvents:
+    from .decoders import SHAPE_TRACE, _msgspec   # (loaded by the first read: see decoders)
+
+    decode = _msgspec.json.decode
+    for e in decode(data, type=SHAPE_TRACE).traceEvents:
         a = e.args
         if a is not None and a.ext is not None and bytes(a.dims) != b"null":
-            yield e.cat, e.name, a.ext, lambda a=a: (_msgspec.json.decode(a.dims), _msgspec.json.decode(a.types))
+            yield e.cat, e.name, a.ext, lambda a=a: (decode(a.dims), decode(a.types))
 
 
 def _events_json(data: bytes):
@@ -66,11 +56,13 @@ def input_shapes(path: str, external_ids: set[int]) -> tuple[dict[int, dict], st
         if os.path.getsize(path) > MAX_BYTES:
             return {}, f"shapes not read: {os.path.basename(path)} is over {MAX_BYTES >> 20} MB"
         data = _open(path)
-    except (OSError, EOFError) as exc:
+    except (OSError, EOFError, ValueError, zlib.error) as exc:   # (BadGzipFile is an OSError)
         return {}, f"shapes not read: {exc}"
     out: dict[int, dict] = {}
     try:
-        events = _events_msgspec(data) if _msgspec is not None else _events_json(data)
+        from .decoders import SHAPE_TRACE
+
+        events = _events_msgspec(data) if SHAPE_TRACE is not None else _events_json(data)
         for cat, name, ext, args in events:
             if cat == "cpu_op" and ext in external_ids and ext not in out:
                 dims, types = args()

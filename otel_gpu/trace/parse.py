@@ -16,8 +16,9 @@ import numpy as np
 
 from ..safe_text import no_surrogates
 from ..words import count
-from .gz import READ_ERRORS, open_text
-from .intake import JSON_BACKEND, NOT_OBJECT, TIME_LIMIT_US, Collector, decode_piece  # noqa: F401 (re-exported)
+from . import gz
+from .gz import open_text
+from .intake import NOT_OBJECT, TIME_LIMIT_US, Collector  # noqa: F401 (re-exported)
 
 CHUNK_CHARS = 1 << 18  # characters of text per read: 256 Ki (larger chunks read slower: the decoded batch
 # no longer fits the CPU caches; 4 Mi took 240 ms for a 120k-event file, 512 Ki 170 ms; on a 2 MiB-L2
@@ -126,7 +127,7 @@ class _Text:
             return False
         try:
             chunk = self._fh.read(self.chunk_chars)
-        except READ_ERRORS as exc:
+        except gz.READ_ERRORS as exc:   # (isal's error is there once isal is loaded)
             raise TraceFormatError(f"{self.path}: cannot read ({exc.__class__.__name__}: {exc})") from None
         if not chunk:
             self.eof = True
@@ -295,6 +296,8 @@ def _batch(text: _Text, col: Collector) -> bool:
     parse always ends on an event boundary. False when no batch could be taken."""
     if len(text.buf) - text.pos < (1 << 16) and not text.eof:
         text.more()
+    from .decoders import decode_piece   # (loaded by the first read: see decoders)
+
     buf, pos = text.buf, text.pos
     cut = len(buf)
     for _ in range(4):

@@ -73,7 +73,6 @@ def analyze_folder(directory: str, opts: A.Options | None = None, ranks: list[in
             from .gpu_flame import set_stacks
             doc["_gpu_time"] = set_stacks(ts)
         return doc
-    A.prepare_workers()
     with _Workers(files, shares(list(map(os.path.getsize, files)), workers), opts, keep_file, gpu_time) as pool:
         if meanwhile is not None:
             meanwhile()
@@ -86,7 +85,7 @@ def analyze_folder(directory: str, opts: A.Options | None = None, ranks: list[in
         per = pool.analyse([kept[r] for r in order], min(starts) if starts else 0, filtered, many=len(order) > 1)
     cpu_only = [p.pop("cpu_only") for p in per]
     notes = skipped + notes + [note] + [n for n in cpu_only if n]
-    return A.combine(directory, order, [A.share_strings(p) for p in per], notes, filtered, opts)
+    return A.combine(directory, order, per, notes, filtered, opts)
 
 
 def _choose(directory: str, files: list[str], heads: dict[int, FileHead],
@@ -171,6 +170,8 @@ class _Workers:
                     raise msg[1]
                 if msg[0] == "error":
                     raise WorkerFailed(msg[1] or _ended(proc_of[c]))
+                if msg[0] == "rank":   # kept with the other ranks' strings shared (the copy it came as goes)
+                    msg = (msg[0], msg[1], A.share_strings(msg[2]))
                 got.append(msg)
                 live[c] = 0 if msg[0] == "format" else live[c] - 1
                 if not live[c]:
@@ -198,6 +199,7 @@ class _Workers:
         for c in self.conns + [parents_end]:   # this process's copies of the other ends: closed, so
             c.close()                           # that a recv here ends when this process's end closes
         try:
+            A.prepare_workers()   # here, not before the fork: this process's peak is the set's bound
             read: dict[int, model.RankEvents] = {}
             for i in part:
                 try:

@@ -13,6 +13,7 @@ import numpy as np
 
 from .breakdown import gpu_kernels, merge_intervals
 from .idle import runtime_ts
+from .median import median
 from .model import COMMUNICATION, SYNC_EVENT_NAMES, RankView, id_in
 
 _STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
@@ -117,7 +118,7 @@ def cross_rank_summary(ranks: list[int], temporal: list[dict], steps_of: list[di
         vals = np.array(list(busy.values()))
         strag = max(busy, key=lambda r: busy[r])
         slow = max(cells, key=lambda r: cells[r]["step_us"])
-        med, mean = float(np.median(vals)), float(vals.mean())
+        med, mean = median(busy.values()), float(vals.mean())
         rows.append({"step": s_, "ranks": len(cells), "straggler_rank": strag, "straggler_busy_us": busy[strag],
                      "median_busy_us": med, "excess_us": busy[strag] - med,
                      "imbalance_pct": round(100 * (busy[strag] - mean) / mean, 2) if mean else 0.0,
@@ -132,7 +133,7 @@ def cross_rank_summary(ranks: list[int], temporal: list[dict], steps_of: list[di
     if len(ranks) > 1 and rows:
         tot = {r: sum(c["busy_us"] for c in d.values()) for r, d in per_rank.items() if d}
         worst = max(tot, key=lambda r: tot[r])
-        med = float(np.median(list(tot.values())))
+        med = median(tot.values())
         summary["straggler"] = {"rank": worst, "busy_us": tot[worst], "median_busy_us": med,
                                 "excess_us": tot[worst] - med,
                                 "excess_pct": round(100 * (tot[worst] - med) / med, 2) if med else 0.0,

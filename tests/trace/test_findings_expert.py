@@ -277,6 +277,21 @@ def test_shapes_reader_on_a_damaged_file(tmp_path):
     assert input_shapes(str(tmp_path / "missing.json"), {1})[1].startswith("shapes not read:")
 
 
+def test_shapes_reader_reads_a_bounded_text(tmp_path, monkeypatch):
+    """A small gzip file can inflate to any size: more than MAX_BYTES of text is not read."""
+    import gzip
+
+    from otel_gpu.trace import op_shapes
+    path = write(gemm_trace(GEMM_SM80_ALIGN1, LM_HEAD), str(tmp_path / "r0.json.gz"), H100, record_shapes=True)
+    text_bytes = len(gzip.decompress(open(path, "rb").read()))
+    monkeypatch.setattr(op_shapes, "MAX_BYTES", text_bytes - 1)
+    shapes, why = op_shapes.input_shapes(path, {1, 2, 3})
+    assert shapes == {} and why.startswith("shapes not read: r0.json.gz holds over")
+    (tmp_path / "cut.json.gz").write_bytes(open(path, "rb").read()[:-9])   # a damaged gzip stream
+    monkeypatch.setattr(op_shapes, "MAX_BYTES", 1 << 30)
+    assert op_shapes.input_shapes(str(tmp_path / "cut.json.gz"), {1})[1].startswith("shapes not read:")
+
+
 @pytest.mark.parametrize("name,tags", [
     ("aten::broadcast_tensors", set()), ("nccl:all_reduce", {"comm", "framework"}),
     ("DistributedDataParallel.forward", {"framework"}), ("aten::_fused_adamw_", {"fused_optimizer"}),

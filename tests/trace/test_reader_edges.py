@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from otel_gpu.cli import main
 from otel_gpu.trace.analyze import analyze
 from otel_gpu.trace.model import load_set
-from otel_gpu.trace import intake
+from otel_gpu.trace import decoders, intake
 from otel_gpu.trace.parse import CHUNK_CHARS, TIME_LIMIT_US, TraceFormatError, read_trace
 
 EDGE = Path("tests/data/traces/edge")
@@ -161,7 +161,7 @@ def test_chunk_size_never_changes_the_result(tmp_path, rows, chunk):
     assert [a.names[i] for i in a.name] == [b.names[i] for i in b.name] == [r[2] for r in rows]
 
 
-_needs_msgspec = pytest.mark.skipif(intake._decode_structs is None,
+_needs_msgspec = pytest.mark.skipif(decoders._decode_structs is None,
                                     reason="msgspec not installed (extra 'trace') or turned off by OTELGPU_TRACE_JSON")
 
 
@@ -186,7 +186,7 @@ def test_msgspec_and_dict_decoding_agree(tmp_path, monkeypatch, elements):
             return str(exc)
     fast = read()
     with monkeypatch.context() as m:
-        m.setattr(intake, "_decode_structs", None)
+        m.setattr(decoders, "_decode_structs", None)
         assert read() == fast
 
 
@@ -195,7 +195,7 @@ def test_msgspec_and_dict_decoding_agree(tmp_path, monkeypatch, elements):
                                   "tests/data/traces/edge/negative_and_infinite_dur.json"])
 def test_msgspec_and_dict_decoding_agree_on_files(monkeypatch, path):
     fast = _fields(read_trace(path))
-    monkeypatch.setattr(intake, "_decode_structs", None)
+    monkeypatch.setattr(decoders, "_decode_structs", None)
     assert _fields(read_trace(path)) == fast
 
 
@@ -260,15 +260,15 @@ def test_typed_batches_agree_with_event_by_event_intake(batches):
     for batch in batches:
         text = json.dumps(batch)
         try:
-            typed = intake._decode_typed(text)
+            typed = decoders._decode_typed(text)
         except Exception as exc:   # msgspec.DecodeError: a value of another type (not generated here)
             raise AssertionError(text) from exc
         before = copy.deepcopy(_collected(fast))
-        if not fast.add_typed(typed):
+        if not fast.add_typed(typed, decoders.NO_ARGS):
             assert _collected(fast) == before
-            for e in intake._decode_structs(text):
+            for e in decoders._decode_structs(text):
                 fast.add_struct(e)
-        for e in intake._decode_structs(text):
+        for e in decoders._decode_structs(text):
             slow.add_struct(e)
     assert _collected(fast) == _collected(slow)
 
@@ -291,9 +291,9 @@ def test_a_piece_given_up_early_is_one_no_decoder_takes(events):
     for cut in cuts:
         piece = "[" + text[:cut + 1] + "]"
         try:
-            intake._decode_typed(piece)
+            decoders._decode_typed(piece)
         except Exception as exc:
-            if intake._ends_inside_a_value(piece, exc):
+            if decoders._ends_inside_a_value(piece, exc):
                 with pytest.raises(ValueError):
                     json.loads(piece)
 
@@ -303,7 +303,7 @@ def test_a_batch_cut_inside_an_event_is_given_up_early():
     text = json.dumps(events)
     piece = "[" + text[1:text.index("},") + 1] + "]"
     with pytest.raises(Exception) as exc:
-        intake._decode_typed(piece)
-    assert intake._ends_inside_a_value(piece, exc.value)
-    assert not intake.decode_piece(piece, intake.Collector())
-    assert intake.decode_piece(text, intake.Collector())
+        decoders._decode_typed(piece)
+    assert decoders._ends_inside_a_value(piece, exc.value)
+    assert not decoders.decode_piece(piece, intake.Collector())
+    assert decoders.decode_piece(text, intake.Collector())
