@@ -43,6 +43,7 @@ class Options:
 
 
 SHARED_STR_MAX = 4096  # longer strings are left as they are (each is hashed to be shared)
+_ZERO = 0.0
 PARALLEL_MIN_ROWS = 20_000  # events (all ranks) below which one process computes everything
 
 
@@ -158,6 +159,8 @@ def share_strings(p: dict) -> dict:
         if t is str:
             return intern(x) if len(x) <= SHARED_STR_MAX else x
         if t is float:
+            if x == 0.0:   # -0.0 equals 0.0 but is written "-0.0": kept apart
+                return _ZERO if math.copysign(1.0, x) > 0 else x
             return floats.setdefault(x, x) if x == x else x   # (NaN is not equal to itself)
         if t is dict or t is list or t is tuple:
             got = seen.get(id(x))

@@ -55,6 +55,8 @@ def test_pooled_table_is_the_table_of_every_ranks_delays_together(ranks):
                     lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=6), inner,
                                                                                          max_size=4),
                                             st.tuples(inner, inner)), max_leaves=30))
+@example([0.0, -0.0, 0.0, math.nan, "-0.0"])
+@example({"a": [-0.0, 0.0], "b": (0.0, -0.0)})
 def test_shared_result_is_the_same_result(value):
     p = pickle.loads(pickle.dumps({"rows": value, "again": value}))   # as a worker's result arrives
     shared = A.share_strings(p)
