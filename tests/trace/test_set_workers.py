@@ -3,6 +3,7 @@ here first, the same errors, and a worker that dies or fails is said, never wait
 import os
 import shutil
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -10,8 +11,8 @@ from hypothesis import strategies as st
 from otel_gpu.cli import main
 from otel_gpu.trace import analyze as A
 from otel_gpu.trace.model import load_set
-from otel_gpu.trace.parse import TraceFormatError
-from otel_gpu.trace.set_workers import WorkerFailed, analyze_folder, shares
+from otel_gpu.trace.parse import RankEvents, TraceFormatError
+from otel_gpu.trace.set_workers import WorkerFailed, _held, _restored, analyze_folder, shares
 from tests.shared_data import needs_shared_data, shared_data
 
 SAMPLED = shared_data("traces") / "hta_sampled_2rank"
@@ -86,3 +87,17 @@ def test_shares_hand_out_every_file_once_balanced(sizes, jobs):
     loads = [sum(max(sizes[i], 1) for i in p) for p in parts]
     if len(parts) == jobs:   # largest first to the least loaded: no share exceeds another by more than a file
         assert max(loads) - min(loads) <= max(max(s, 1) for s in sizes)
+
+
+@given(st.lists(st.tuples(st.integers(-(1 << 62), 1 << 62), st.floats(0, 1e12, allow_nan=False)), max_size=30),
+       st.integers(0, 1 << 33))
+def test_a_held_rank_comes_back_as_it_was_read(events, spread):
+    """While a rank waits for the set's start its times are held narrower where exact; restored,
+    every array is the one read (dtype included)."""
+    ts = np.array([t % (spread + 1) + (events[0][0] if events else 0) for t, _ in events], dtype=np.int64)
+    dur = np.array([d for _, d in events], dtype=np.float64)
+    z = np.zeros(len(events), dtype=np.int32)
+    ev = RankEvents("f", 0, z, ts.copy(), dur.copy(), z, z, z, z, z, [], meta={"k": 1})
+    back = _restored(_held(ev))
+    assert back.ts.dtype == np.int64 and np.array_equal(back.ts, ts)
+    assert back.dur.dtype == np.float64 and np.array_equal(back.dur, dur) and back.meta == {"k": 1}
