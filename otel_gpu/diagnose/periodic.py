@@ -31,16 +31,7 @@ def periodic_stalls(w: Window, th: Thresholds) -> list[Finding]:
     if per is None or per[1] > t["period_cv_max"]:
         return []
     every, cv = per
-    matched, best = None, 0.0
-    for phase in CAUSES:
-        mask = ts.phase_mask(w.timeline, phase, 0.01)
-        if not any(mask):
-            continue
-        hit = sum(ts.overlaps(e, w.timeline.t, mask, w.step_s) for e in drops) / len(drops)
-        if hit > best:
-            matched, best = phase, hit
-    if best < t["match_share"]:
-        matched = None
+    matched, best, inside = _match(w, drops, t["match_share"])
     key = {"GPU SM activity": "sm", "GPU utilization": "util"}.get(what)
     units = (sum(getattr(g, key) is not None for g in w.gpus) if key else 0) or max(len(w.ranks), 1)
     stalled = sum(e.duration_s * max(0.0, 1 - e.level / med) for e in drops) * units
@@ -66,5 +57,29 @@ def periodic_stalls(w: Window, th: Thresholds) -> list[Finding]:
               + ("; not counted here (see the matching phase's finding)" if counted_elsewhere else ""),
         ranges=[(e.start, e.end) for e in drops],
         evidence={"period_s": round(every, 3), "cv": round(cv, 4), "drops": len(drops), "signal": what,
-                  "median": med, "matched_phase": matched, "match_share": round(best, 3), "stall_gpu_s": stalled},
+                  "median": med, "matched_phase": matched, "match_share": round(best, 3),
+                  "drop_time_in_phase": round(inside, 3), "stall_gpu_s": stalled},
     )]
+
+
+def _match(w: Window, drops: list, min_share: float) -> tuple[str | None, float, float]:
+    """(the phase the drops belong to or None, the share of drops touching it, the share of the
+    drops' time inside it). A phase qualifies when at least ``min_share`` of the drops touch it (a
+    step of slack each side); of those, the one the drops spend most time in wins. Touching alone
+    would let a phase seen at every drop's edge (the loader refilling after a checkpoint) outvote the
+    phase the drops are made of when a window cuts the first drop short."""
+    best: tuple[float, float, str] | None = None
+    top_touch = 0.0
+    for phase in CAUSES:
+        mask = ts.phase_mask(w.timeline, phase, 0.01)
+        if not any(mask):
+            continue
+        touch = sum(ts.overlaps(e, w.timeline.t, mask, w.step_s) for e in drops) / len(drops)
+        top_touch = max(top_touch, touch)
+        if touch >= min_share:
+            cand = (ts.share_inside(drops, w.timeline.t, mask), touch, phase)
+            if best is None or cand[:2] > best[:2]:
+                best = cand
+    if best is None:
+        return None, top_touch, 0.0
+    return best[2], best[1], best[0]

@@ -107,6 +107,17 @@ def overlaps(e: Event, t: list[float], mask: list[bool], step: float) -> bool:
     return any(m and e.start - step <= x <= e.end + step for x, m in zip(t, mask))
 
 
+def share_inside(evts: list[Event], t: list[float], mask: list[bool]) -> float:
+    """Share of the grid points inside the events (no slack) where ``mask`` is True."""
+    inside = hits = 0
+    for e in evts:
+        for x, m in zip(t, mask):
+            if e.start <= x <= e.end:
+                inside += 1
+                hits += bool(m)
+    return hits / inside if inside else 0.0
+
+
 def mean_where(values: list[float | None] | None, mask: list[bool]) -> float | None:
     if values is None:
         return None

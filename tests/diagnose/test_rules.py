@@ -241,6 +241,24 @@ def test_periodic_stalls_period_and_phase_match():
     assert "gc.freeze" in f.action
 
 
+def test_a_window_starting_in_a_checkpoint_still_names_checkpoints():
+    """The first drop is a checkpoint's tail (its phase fell before the window); the loader waits
+    one grid point after every checkpoint. Every drop touches data_wait at its edge, 10 of 11 touch
+    the checkpoint phase, but the drops' time is the checkpoints'."""
+    t = grid(300.0)
+    first = {0}
+    ckpt = {i for i in range(len(t)) if i % 6 in (3, 4)}
+    series = {"sm": [0.05 if i in first | ckpt else 0.6 for i in range(len(t))],
+              "phase_checkpoint": [2.0 if i in ckpt else 0.0 for i in range(len(t))],
+              "phase_data_wait": [1.0 if i % 6 == 5 or i == 1 else 0.0 for i in range(len(t))]}
+    w = window(ranks=[rank(0), rank(1)], gpus=[gpu(0), gpu(1)], timeline=Timeline(t=t, series=series),
+               duration=300.0)
+    f = only(periodic_stalls(w, TH))
+    assert f.evidence["matched_phase"] == "checkpoint" and "matching checkpoints" in f.title
+    assert f.evidence["match_share"] == pytest.approx(10 / 11, abs=1e-3) and f.evidence["drop_time_in_phase"] >= 0.9
+    assert f.severity == "info" and f.lost_s == 0
+
+
 def test_irregular_drops_are_not_periodic():
     w = _stalls(None)
     sm = w.timeline.series["sm"] = [0.6] * len(w.timeline.t)
