@@ -154,6 +154,7 @@ def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
     m, ranks = measured
     if m.share < t["wait_share_warning"]:
         return []
+    contended = _cpu_contention(w, t)
     busy, link_text = _link(w)
     zero, zero_why = is_zero3(w)
     kind, space, tell = _bound(busy, t)
@@ -168,18 +169,23 @@ def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
     return [Finding(
         rule="comm",
         title=f"{what}: every rank is blocked in collectives {fmt.pct(m.share)} of its time"
-              + (f" ({kind}-bound)" if kind != "unknown" else ""),
-        severity=severity_for(m.share, t["wait_share_warning"], t["wait_share_critical"]),
-        confidence="high" if busy is not None else "medium",
+              + (f" ({kind}-bound)" if kind != "unknown" else "")
+              + (" while other processes kept the node's CPUs busy" if contended else ""),
+        severity="info" if contended else severity_for(m.share, t["wait_share_warning"], t["wait_share_critical"]),
+        confidence="low" if contended else "high" if busy is not None else "medium",
         seen=f"the least-waiting rank (rank {m.rank.rank}) is blocked {fmt.secs(m.wait_s / n)} per step in collectives ("
              + ", ".join(f"{k.replace('_', '-')} {fmt.secs(v / n)}" for k, v in top)
              + f") of its {fmt.secs(m.basis_s / n)} of wall time per step (steps of {fmt.secs(m.step_s)}, median over "
              f"ranks, and the time between them, where waits are measured too)"
              + (f"; ZeRO-3: {zero_why}" if zero else "") + f"{functions}; {link_text}"
-             + (f"; {profile_note}" if profile_note else ""),
+             + (f"; {profile_note}" if profile_note else "")
+             + (f"; {contended}: a rank waiting for a CPU keeps the others waiting in their collectives, so this "
+                f"wait may be CPU contention rather than communication" if contended else ""),
         why=f"ranks wait instead of computing: about {fmt.gpu_time(lost, w.unit)}; overlapping communication with "
             f"compute or moving fewer bytes recovers part of it",
-        action=_action(zero, kind, space, tell), lost_s=lost, lost_share=m.share,
+        action=("free the node's CPUs (or pin the ranks to their own cores) and measure again before tuning "
+                "communication; then: " if contended else "") + _action(zero, kind, space, tell),
+        lost_s=lost, lost_share=m.share,
         basis="the least collective wait share of any rank (what every rank waits; waits beyond it are imbalance, see "
               "the straggler rule; waits for a slower saver are the checkpoint rule's), of its wall time outside "
               "evaluation, x each rank's wall time outside evaluation",
@@ -188,10 +194,24 @@ def comm_bound(w: Window, th: Thresholds) -> list[Finding]:
                   "wall_per_step_s": round(m.basis_s / n, 6), "mean_step_s": round(m.step_s, 6),
                   "least_rank": m.rank.rank, "by_kind_s": {k: round(v / n, 6) for k, v in m.by_kind_s.items()},
                   "link_busy": busy, "bound": kind, "zero": zero, "zero_evidence": zero_why,
+                  "cpu_contention": contended or None,
                   "profile_source": p.source if p is not None else None,
                   "top_functions": dict((fn, round(v, 4)) for fn, v in p.top_comm(4)) if p is not None else {}},
         tune_space=space if zero else None,
     )]
+
+
+def _cpu_contention(w: Window, t) -> str:
+    """What says a node's CPUs were taken by processes outside the job (busy at least ``cpu_contended``,
+    at least ``cpu_others`` of them not the job's), or "" (also where the job's own CPU was not read)."""
+    for n in w.nodes:
+        if n.cpu_busy is None or n.job_cpu is None or not n.cpus:
+            continue
+        others = n.cpu_busy - n.job_cpu / n.cpus
+        if n.cpu_busy >= t["cpu_contended"] and others >= t["cpu_others"]:
+            return (f"{n.host}'s CPUs were {fmt.pct(n.cpu_busy)} busy, {fmt.pct(others)} of them other processes' "
+                    f"(the job's used {n.job_cpu:.2f} of {n.cpus:.0f})")
+    return ""
 
 
 def _rank_order(r: str):

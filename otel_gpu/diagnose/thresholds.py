@@ -102,6 +102,9 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
                                     "metric, of training-thread profile samples in communication): warning"),
         "wait_share_critical": (0.4, "... critical"),
         "link_busy": (0.6, "interconnect throughput / link limit above this: bandwidth-bound"),
+        "cpu_contended": (0.9, "a node's CPUs at least this busy, with at least cpu_others of them other "
+                               "processes': the collective wait may be ranks waiting for a CPU (info, low confidence)"),
+        "cpu_others": (0.2, "... the share of the node's CPUs used by processes outside the job"),
     },
     "slowdown": {
         "share_warning": (0.25, "watching: a rank's busy time per step (or the job's step time) this share above "

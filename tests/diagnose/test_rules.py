@@ -305,6 +305,21 @@ def test_comm_bound_from_measured_waits_counts_only_what_every_rank_waits():
     assert comm_bound(window(ranks=quiet), TH) == []
 
 
+def test_comm_wait_on_a_node_other_processes_keep_busy_is_info_naming_them():
+    """A clean job on an overloaded node: descheduled ranks wait for each other in collectives. The
+    wait is said, with the contention, as info; the job's own CPU use alone does not count."""
+    ranks = [rank(i, forward=50.0, waits={"forward": 30.0}) for i in range(2)]
+    crowded = window(ranks=ranks, nodes=[node(cpu_busy=0.98, job_cpu=1.1, cpus=2.0)])
+    f = only(comm_bound(crowded, TH))
+    assert f.severity == "info" and f.confidence == "low" and "other processes" in f.title
+    assert "43.0% of them other processes'" in f.seen and f.action.startswith("free the node's CPUs")
+    own = window(ranks=ranks, nodes=[node(cpu_busy=0.98, job_cpu=1.9, cpus=2.0)])   # the job itself is busy
+    unread = window(ranks=ranks, nodes=[node(cpu_busy=0.98, cpus=2.0)])             # its own CPU not read
+    for w in (own, unread):
+        f = only(comm_bound(w, TH))
+        assert f.severity == "warning" and f.evidence["cpu_contention"] is None
+
+
 def test_comm_rule_says_what_is_missing():
     f = only(comm_bound(window(ranks=[rank(0)]), TH))
     assert f.missing == ["collective-wait metric", "profiles"]
