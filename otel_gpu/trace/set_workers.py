@@ -126,6 +126,7 @@ def _held(ev: model.RankEvents) -> model.RankEvents:
 
 
 def _restored(ev: model.RankEvents) -> model.RankEvents:
+    """The held rank's arrays as they were read (int64 start times, float64 durations)."""
     if _TS_BASE in ev.meta:
         meta = dict(ev.meta)
         ev.ts = ev.ts.astype(np.int64) + meta.pop(_TS_BASE)
