@@ -22,8 +22,15 @@ def _slow_site(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def _default_sigint() -> None:
+    """The child starts with Ctrl-C's default action, as a terminal's command does: a test session run in
+    the background (`cmd &` without job control) hands its children SIGINT ignored, which Python keeps."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt(cmd: list[str], env: dict, target=lambda p: p.pid) -> subprocess.CompletedProcess:
-    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
     try:
         assert proc.stdout.readline().strip() == "in sitecustomize"
         proc.send_signal(signal.SIGINT)
