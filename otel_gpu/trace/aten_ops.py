@@ -141,8 +141,8 @@ def op_instances(v: RankView) -> list[tuple[str, str, float, float]]:
     start_us = ev.ts[op].astype(np.int64)   # int() of the start, as the rows hold it
     order = np.lexsort((start_us, name_rank))   # stable: launches keep their order within an instance
     nr, st = name_rank[order], start_us[order]
-    first = np.flatnonzero(np.r_[True, (nr[1:] != nr[:-1]) | (st[1:] != st[:-1])])
-    ends = np.r_[first[1:], len(order)].tolist()
+    first = np.flatnonzero(np.concatenate(([True], (nr[1:] != nr[:-1]) | (st[1:] != st[:-1]))))
+    ends = first[1:].tolist() + [len(order)]
     kernel_names = [names[i] for i in ev.name[kernel[order]].tolist()]
     lead = order[first]
     intern = sys.intern

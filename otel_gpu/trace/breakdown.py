@@ -25,7 +25,7 @@ def merge_intervals(ts: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.nda
     order = ts.argsort(kind="quicksort")
     s, e = ts[order], end[order]
     cm = np.maximum.accumulate(e)
-    first = np.r_[True, s[1:] > cm[:-1]]
+    first = np.concatenate(([True], s[1:] > cm[:-1]))
     starts = np.flatnonzero(first)
     return s[starts], np.maximum.reduceat(e, starts)
 
@@ -84,7 +84,7 @@ def _type_overlap_time(k: dict) -> dict[str, float]:
     if len(times) == 0:
         return {}
     running = np.cumsum(status)
-    nxt = np.r_[times[1:], np.nan]
+    nxt = np.concatenate((times[1:], [np.nan]))
     keep = (running > 0) & ~np.isnan(nxt)  # an interval still open at the end (negative durations) has no length
     dur = (nxt[keep] - times[keep]).astype(np.int64)
     values, inv = np.unique(running[keep], return_inverse=True)
@@ -100,8 +100,8 @@ def group_stats(keys: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, ...]:
     """Per distinct key: (keys, count, sum, max, min, mean, sample std with 0 for one value)."""
     order = np.argsort(keys, kind="stable")
     k, v = keys[order], values[order].astype(np.float64)
-    starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
-    counts = np.diff(np.r_[starts, len(k)])
+    starts = np.flatnonzero(np.concatenate(([True], k[1:] != k[:-1])))
+    counts = np.diff(np.concatenate((starts, [len(k)])))
     sums = np.add.reduceat(v, starts)
     means = sums / counts
     sq = np.add.reduceat((v - np.repeat(means, counts)) ** 2, starts)

@@ -57,7 +57,7 @@ def event_order(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, index: np.n
     """
     n = len(ts)
     ev = np.concatenate([np.arange(n), np.arange(n)])
-    start = np.r_[np.ones(n, bool), np.zeros(n, bool)]
+    start = np.concatenate((np.ones(n, bool), np.zeros(n, bool)))
     time = np.concatenate([ts, ts + dur])
     d = np.concatenate([dur, dur])
     idx = np.concatenate([index, index]).astype(np.int64)
@@ -65,7 +65,7 @@ def event_order(thread: np.ndarray, ts: np.ndarray, dur: np.ndarray, index: np.n
     zero = d == 0
     # groups of one (thread, time)
     o = np.lexsort((time, th))
-    new = np.r_[True, (th[o][1:] != th[o][:-1]) | (time[o][1:] != time[o][:-1])]
+    new = np.concatenate(([True], (th[o][1:] != th[o][:-1]) | (time[o][1:] != time[o][:-1])))
     gid = np.empty(2 * n, np.int64)
     gid[o] = np.cumsum(new) - 1
     n_groups = int(gid.max()) + 1 if n else 0
@@ -88,7 +88,7 @@ def _walk(seg: np.ndarray, is_start: np.ndarray) -> np.ndarray:
     if not m:
         return parent
     step = np.where(is_start, 1, -1).astype(np.int64)
-    seg_start = np.r_[True, seg[1:] != seg[:-1]]
+    seg_start = np.concatenate(([True], seg[1:] != seg[:-1]))
     seg_id = np.cumsum(seg_start) - 1
     c = np.cumsum(step)
     base = (c - step)[seg_start]  # the running sum before each segment

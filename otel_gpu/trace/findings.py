@@ -279,7 +279,7 @@ class _Checker:
                         self.th.nccl_exposed_pct, False)
             return
         cs, ce = merge_intervals(k["ts"][k["type"] == COMPUTATION], k["end"][k["type"] == COMPUTATION])
-        cover = np.r_[0.0, np.cumsum(ce - cs)]
+        cover = np.concatenate(([0.0], np.cumsum(ce - cs)))
 
         def covered(t: np.ndarray) -> np.ndarray:  # computation time before t
             j = np.searchsorted(cs, t, "right")

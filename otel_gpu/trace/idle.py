@@ -56,7 +56,7 @@ def idle_time_breakdown(v: RankView, consecutive_kernel_delay: float = 30,
         order = ts.argsort(kind="quicksort")
         r, ts, rt = r[order], ts[order], runtime[m][order]
         end = ts + ev.dur[r]
-        prev_end = np.r_[np.nan, end[:-1]]
+        prev_end = np.concatenate(([np.nan], end[:-1]))
         gap = ts - prev_end
         with np.errstate(invalid="ignore"):
             host = rt > prev_end

@@ -99,7 +99,7 @@ def overlap(a0: np.ndarray, a1: np.ndarray, b0: np.ndarray, b1: np.ndarray) -> f
     """Total overlap (us) of intervals [a0, a1) with the disjoint sorted intervals [b0, b1)."""
     if not len(a0) or not len(b0):
         return 0.0
-    cover = np.r_[0.0, np.cumsum(b1 - b0)]
+    cover = np.concatenate(([0.0], np.cumsum(b1 - b0)))
 
     def before(t: np.ndarray) -> np.ndarray:  # covered time before t
         j = np.searchsorted(b0, t, "right")
@@ -211,8 +211,8 @@ def _refills(v: RankView, k: dict, g0: np.ndarray, g1: np.ndarray, cause: np.nda
     # within one drain's refill, gaps count while the idle before them is under the lead it threw away
     length = g1[starved] - g0[starved]
     run = np.cumsum(length)
-    first = np.r_[True, d[1:] != d[:-1]] if len(d) else np.zeros(0, bool)
-    before = run - length - np.repeat((run - length)[first], np.diff(np.r_[np.flatnonzero(first), len(d)]))
+    first = np.concatenate(([True], d[1:] != d[:-1])) if len(d) else np.zeros(0, bool)
+    before = run - length - np.repeat((run - length)[first], np.diff(np.concatenate((np.flatnonzero(first), [len(d)]))))
     keep = before < wait[d]
     cause[starved[keep]] = CAUSES.index("sync_refill")
     refill_of[starved[keep]] = drains[d[keep]]

@@ -63,7 +63,7 @@ def frequent_sequences(v: RankView, cs: CallStacks, operator: str, min_pattern_l
     times = np.bincount(np.searchsorted(cand, rows[cs.depth[rows] == min_depth]), minlength=len(cand))
     names = ev.names
     kname = ev.name[kk].tolist()
-    kdur = np.cumsum(np.r_[0, dur[kk]])
+    kdur = np.cumsum(np.concatenate(([0], dur[kk])))
     agg: dict[tuple, list[int]] = {}
     for c in np.flatnonzero(keep).tolist():
         e = int(cand[c])

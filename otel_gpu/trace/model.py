@@ -140,7 +140,7 @@ def _index_correlation(ev: RankEvents, gpu: np.ndarray) -> np.ndarray:
         dcorr = ev.correlation[dst_pos]
         order = np.argsort(dcorr, kind="stable")
         sc = dcorr[order]
-        last = np.r_[sc[1:] != sc[:-1], True]
+        last = np.concatenate((sc[1:] != sc[:-1], [True]))
         keys, last_pos = sc[last], dst_pos[order][last]
         scorr = ev.correlation[src_pos]
         j = np.searchsorted(keys, scorr)
