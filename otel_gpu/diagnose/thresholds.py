@@ -17,6 +17,8 @@ import copy
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..read_bounded import read_bytes
+
 # rule -> key -> (default, meaning)
 DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
     "severity": {
@@ -115,6 +117,9 @@ DEFAULTS: dict[str, dict[str, tuple[float, str]]] = {
 }
 
 
+MAX_FILE_BYTES = 1 << 20   # a thresholds file: a few hundred bytes; more is not one
+
+
 class ThresholdError(ValueError):
     """A bad override file; the message is one line."""
 
@@ -195,9 +200,11 @@ def load_thresholds(path: str | Path | None) -> Thresholds:
         return Thresholds()
     p = Path(path)
     try:
-        text = p.read_text()
+        text = read_bytes(p, MAX_FILE_BYTES).decode("utf-8")
     except OSError as exc:
         raise ThresholdError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ThresholdError(f"{p}: not UTF-8 text") from None
     return Thresholds(parse_overrides(text, p.suffix, str(p)))
 
 

@@ -47,6 +47,22 @@ def test_bad_overrides_one_line(text, suffix, message):
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("what", ["/dev/zero", "big", "binary", "directory"])
+def test_a_file_that_is_no_thresholds_file_is_one_line(tmp_path, what):
+    """The file is read with a bound: a device that never ends, a huge file, bytes that are not text and a
+    folder are each one line, nothing read beyond the bound."""
+    path = {"/dev/zero": "/dev/zero", "big": tmp_path / "big.toml", "binary": tmp_path / "b.toml",
+            "directory": tmp_path}[what]
+    if what == "big":
+        path.write_text("# " + "x" * (2 << 20) + "\n")
+    elif what == "binary":
+        path.write_bytes(b"\xff\xfe[comm]\n")
+    with pytest.raises(ThresholdError) as e:
+        load_thresholds(path)
+    message = str(e.value)
+    assert "\n" not in message and ("cannot read" in message or "not UTF-8" in message), message
+
+
 def test_docs_table_matches_the_defaults():
     from pathlib import Path
 
