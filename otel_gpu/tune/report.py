@@ -10,7 +10,6 @@ Built from the study storage alone, so any node (or a later `--report-only`) can
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -302,5 +301,5 @@ def write_outputs(study: optuna.Study, out: Path) -> dict[str, Path]:
     if top is not None:
         src = Path(study.trials[top.number].user_attrs.get("dir", "")) / "ds_config.json"
         if src.is_file():
-            written["best_config"] = C.write_json(out / "best_config.json", json.loads(src.read_text()))
+            written["best_config"] = C.write_json(out / "best_config.json", C.read_config(src))
     return written

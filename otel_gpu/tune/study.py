@@ -7,7 +7,6 @@ loses no trial and repeats none.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import time
@@ -400,7 +399,7 @@ class Tuner:
         if record.status == T.OK:
             best = SC.front(self.study)
             if len(self.study.directions) == 1 and best and best[0].number == record.number:
-                cfg = json.loads((Path(record.directory) / "ds_config.json").read_text())
+                cfg = C.read_config(Path(record.directory) / "ds_config.json")
                 C.write_json(self.s.out / "best_config.json", cfg)
         self.events("end", record)
         return record
