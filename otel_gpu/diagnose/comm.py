@@ -205,10 +205,8 @@ def _cpu_contention(w: Window, t) -> str:
     """What says a node's CPUs were taken by processes outside the job (busy at least ``cpu_contended``,
     at least ``cpu_others`` of them not the job's), or "" (also where the job's own CPU was not read)."""
     for n in w.nodes:
-        if n.cpu_busy is None or n.job_cpu is None or not n.cpus:
-            continue
-        others = n.cpu_busy - n.job_cpu / n.cpus
-        if n.cpu_busy >= t["cpu_contended"] and others >= t["cpu_others"]:
+        others = n.others_cpu
+        if others is not None and n.cpu_busy >= t["cpu_contended"] and others >= t["cpu_others"]:
             return (f"{n.host}'s CPUs were {fmt.pct(n.cpu_busy)} busy, {fmt.pct(others)} of them other processes' "
                     f"(the job's used {n.job_cpu:.2f} of {n.cpus:.0f})")
     return ""

@@ -132,6 +132,13 @@ class NodeStats:
     job_cpu: float | None = None          # the job's processes' CPU (ranks, their DataLoader workers), mean, in CPUs
     cpus: float | None = None             # logical CPUs of the node
 
+    @property
+    def others_cpu(self) -> float | None:
+        """Share of the node's CPUs busy with processes outside the job, None where not read."""
+        if self.cpu_busy is None or self.job_cpu is None or not self.cpus:
+            return None
+        return self.cpu_busy - self.job_cpu / self.cpus
+
 
 @dataclass
 class Timeline:

@@ -192,7 +192,7 @@ def _job_cpu(w: Window, saturated: float) -> tuple[str, str, float | None]:
     node, share = max(used, key=lambda x: x[1])
     own = f"the job's processes (ranks and DataLoader workers) used {node.job_cpu:.2f} of {node.cpus:.0f} CPUs " \
           f"({fmt.pct(share)}) on {node.host}"
-    if node.cpu_busy is not None and node.cpu_busy - share >= 0.2:
+    if node.others_cpu is not None and node.others_cpu >= 0.2:
         own += f"; the host was {fmt.pct(node.cpu_busy)} busy, the rest other processes'"
     if share >= saturated:
         return (own + ": the loader is starved of CPU",

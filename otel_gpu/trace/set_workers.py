@@ -27,9 +27,6 @@ from .parse import TraceFormatError
 from .rank_pool import default_jobs, frozen_heap
 
 
-_TS_BASE = "_held_ts_base"   # (in a held rank's meta) what its start times are offsets from
-
-
 class WorkerFailed(RuntimeError):
     """A worker process ended without its results, or an analysis raised in it (the message says which)."""
 
@@ -108,29 +105,26 @@ def _choose(directory: str, files: list[str], heads: dict[int, FileHead],
     return model.asked_ranks(directory, kept, ranks), notes
 
 
-def _held(ev: model.RankEvents) -> model.RankEvents:
-    """The rank as it waits for the set's start (every file must be read first): its start times as
-    int32 offsets from its earliest and its durations as float32 where both are exact (8 of the 34
-    bytes an event); ``_restored`` gives the arrays back as they were read."""
-    ts, dur = ev.ts, ev.dur
-    if len(ts) and ts.dtype == np.int64:
+def _held(ev: model.RankEvents) -> tuple[model.RankEvents, int | None]:
+    """(the rank as it waits for the set's start, what its start times are offsets from or None):
+    every file must be read first, so meanwhile its start times are held as int32 offsets from its
+    earliest and its durations as float32, where each is exact (8 of the 34 bytes an event);
+    ``_restored`` gives the arrays back as they were read."""
+    ts, dur, base = ev.ts, ev.dur, None
+    if len(ts) and ts.dtype == np.int64 and int(ts.max()) - int(ts.min()) < 1 << 31:
         base = int(ts.min())
-        if int(ts.max()) - base < 1 << 31:
-            ev.ts = (ts - base).astype(np.int32)
-            ev.meta = {**ev.meta, _TS_BASE: base}
+        ev.ts = (ts - base).astype(np.int32)
     if dur.dtype == np.float64:
         narrow = dur.astype(np.float32)
         if np.array_equal(narrow, dur):
             ev.dur = narrow
-    return ev
+    return ev, base
 
 
-def _restored(ev: model.RankEvents) -> model.RankEvents:
+def _restored(ev: model.RankEvents, base: int | None) -> model.RankEvents:
     """The held rank's arrays as they were read (int64 start times, float64 durations)."""
-    if _TS_BASE in ev.meta:
-        meta = dict(ev.meta)
-        ev.ts = ev.ts.astype(np.int64) + meta.pop(_TS_BASE)
-        ev.meta = meta
+    if base is not None:
+        ev.ts = ev.ts.astype(np.int64) + base
     if ev.dur.dtype == np.float32:
         ev.dur = ev.dur.astype(np.float64)
     return ev
@@ -233,7 +227,7 @@ class _Workers:
             c.close()                           # that a recv here ends when this process's end closes
         try:
             A.prepare_workers()   # here, not before the fork: this process's peak is the set's bound
-            read: dict[int, model.RankEvents] = {}
+            read: dict[int, tuple[model.RankEvents, int | None]] = {}
             for i in part:
                 try:
                     ev = model.read_trace(self.files[i])   # (derived when analysed: not held meanwhile)
@@ -251,7 +245,7 @@ class _Workers:
                 if i not in chosen:
                     del read[i]
             for i in chosen:
-                v = model.rank_view(_restored(read.pop(i)), filtered, ts0)
+                v = model.rank_view(_restored(*read.pop(i)), filtered, ts0)
                 out = A.one_rank(v, self.opts, many, self.keep_file, self.gpu_time)
                 out["cpu_only"] = model.cpu_only_note(v)
                 del v

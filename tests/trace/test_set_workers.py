@@ -98,6 +98,6 @@ def test_a_held_rank_comes_back_as_it_was_read(events, spread):
     dur = np.array([d for _, d in events], dtype=np.float64)
     z = np.zeros(len(events), dtype=np.int32)
     ev = RankEvents("f", 0, z, ts.copy(), dur.copy(), z, z, z, z, z, [], meta={"k": 1})
-    back = _restored(_held(ev))
+    back = _restored(*_held(ev))
     assert back.ts.dtype == np.int64 and np.array_equal(back.ts, ts)
     assert back.dur.dtype == np.float64 and np.array_equal(back.dur, dur) and back.meta == {"k": 1}
